@@ -1,0 +1,410 @@
+"""The loop: build the context → ask the model for one action → run it → record the observation → repeat.
+
+Stopping is explicit: `done` raises Submitted, limits and give-ups raise a Stop with the run's status and exit code.
+Every event goes to the run's trace as it happens; `resume` rebuilds the state from that trace.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from memory.context import ContextBuilder, ContextOverflow, StepRecord, truncate_middle
+from memory.tokens import counter_for
+
+from .commands import COMMANDS, Submitted
+from .config import ConfigError, Settings, read_dotenv
+from .execution import ExecResult, PythonSession, Redactor, cap_text, child_environment, run_shell
+from .loops import STOP_AFTER, WARN_AFTER, LoopDetector
+from .model import Completion, Model, ModelUnavailable
+from .parser import Action, FormatError, parse_reply
+from .prompts import system_prompt
+from .runs import RunRecord, RunStore, now_iso
+from .ui import Terminal
+
+MAX_FORMAT_ERRORS = 3  # malformed replies in a row before the run is given up
+CHARS_PER_TOKEN = 4  # for cheap character caps that stay above a token cap
+
+EXIT_CODES = {"done": 0, "error": 1, "limit": 3, "format_error": 4, "stuck": 5, "interrupted": 130}
+
+
+class Stop(Exception):
+    """The run ends without an answer; carries the status and what to tell the user."""
+
+    status = "error"
+
+    def __init__(self, message: str, exit_code: int | None = None):
+        super().__init__(message)
+        self.exit_code = EXIT_CODES[self.status] if exit_code is None else exit_code
+
+
+class LimitReached(Stop):
+    status = "limit"
+
+
+class TooManyFormatErrors(Stop):
+    status = "format_error"
+
+
+class Stuck(Stop):
+    status = "stuck"
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    status: str
+    answer: str | None
+    exit_code: int
+    message: str = ""
+    steps: int = 0
+    cost_usd: float = 0.0
+    summary: dict = field(default_factory=dict)  # what result.json holds
+
+
+@dataclass
+class RunState:
+    """Everything the loop needs to go on; rebuilt from the trace by `from_events`."""
+
+    objective: str
+    started_at: str = field(default_factory=now_iso)
+    step: int = 0  # agent turns taken
+    steps: list[StepRecord] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    llm_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    format_errors_in_a_row: int = 0
+    loops: LoopDetector = field(default_factory=LoopDetector)
+    status: str = "running"
+    answer: str | None = None
+
+    def count_call(self, completion: Completion) -> None:
+        self.llm_calls += 1
+        self.prompt_tokens += completion.prompt_tokens
+        self.completion_tokens += completion.completion_tokens
+        self.cost_usd += completion.cost_usd
+
+    @classmethod
+    def from_events(cls, events, make_record) -> "RunState":
+        """Replay a trace: completed steps come back, a step cut off mid-way is taken again; every model call
+        recorded (the cut-off step's too) stays counted."""
+        state: RunState | None = None
+        pending: dict | None = None
+        for event in events:
+            kind = event.get("type")
+            if kind == "run_start":
+                state = cls(objective=event["objective"], started_at=event.get("time") or now_iso())
+            elif state is None:
+                continue
+            elif kind == "llm_call":
+                state.llm_calls += 1
+                state.prompt_tokens += event.get("prompt_tokens", 0)
+                state.completion_tokens += event.get("completion_tokens", 0)
+                state.cost_usd += event.get("cost_usd", 0.0)
+            elif kind == "action":
+                pending = event
+            elif kind == "observation" and pending and pending.get("step") == event.get("step"):
+                state.add_action(make_record(pending["step"], pending["thought"], pending["command"],
+                                             pending["arg"], event["text"]))
+                pending = None
+            elif kind == "format_error":
+                state.add_format_error(make_record(event["step"], "", "", "", event["error"],
+                                                   raw_reply=event.get("response", "")))
+            elif kind == "run_end":
+                state.status, state.answer = event.get("status", "error"), event.get("answer")
+        if state is None:
+            raise ConfigError("this run's trace has no run_start event: it cannot be resumed")
+        return state
+
+    def add_action(self, record: StepRecord) -> int:
+        """Add a completed step; returns how many times in a row the agent has done the same thing."""
+        self.step = record.step
+        self.steps.append(record)
+        self.format_errors_in_a_row = 0
+        if record.command == "memorize_thoughts":
+            self.notes.append(record.arg)
+        return self.loops.observe(record.command, record.arg, record.observation)
+
+    def add_format_error(self, record: StepRecord) -> None:
+        self.step = record.step
+        self.steps.append(record)
+        self.format_errors_in_a_row += 1
+
+
+class Workspace:
+    """What commands act on: the work directory, the Python session, the shell, the person, the notes."""
+
+    def __init__(self, settings: Settings, ui: Terminal, environ: Mapping[str, str], max_chars: int):
+        self.settings = settings
+        self.ui = ui
+        self.workdir = settings.workdir_path
+        self.env = child_environment(environ)
+        self.max_chars = max_chars
+        self._python: PythonSession | None = None
+
+    @property
+    def python(self) -> PythonSession:
+        if self._python is None:
+            self._python = PythonSession(self.workdir, self.env, self.settings.exec_timeout, self.max_chars)
+        return self._python
+
+    def shell(self, command_line: str) -> ExecResult:
+        return run_shell(command_line, self.workdir, self.env, self.settings.exec_timeout, self.max_chars)
+
+    def ask_user(self, message: str) -> str:
+        if not self.ui.interactive:
+            return ("No user is present: this run is unattended. Decide for yourself with what you have and go on; "
+                    "do not ask again.")
+        reply = self.ui.ask_user(message).strip()
+        return f"The user replied: {reply}" if reply else "The user gave no reply."
+
+    def close(self) -> None:
+        if self._python is not None:
+            self._python.close()
+
+
+class Agent:
+    """Runs objectives. Headless use:
+
+        from miniagi import Agent, Settings
+        result = Agent(Settings(model="gpt-4o-mini", yes=True, unattended=True)).run("What is 17 * 23?")
+        print(result.status, result.answer)
+    """
+
+    def __init__(self, settings: Settings, *, model: Model | None = None, ui: Terminal | None = None,
+                 environ: Mapping[str, str] | None = None):
+        self.settings = settings
+        self.environ = dict(os.environ if environ is None else environ)
+        self.redact = Redactor(self.environ, read_dotenv())
+        if model is None:
+            from .config import Endpoint
+            from .model import OpenAIModel, PriceTable
+
+            model = OpenAIModel(Endpoint.from_environment(self.environ), PriceTable(settings.prices))
+        self.model = model
+        interactive = not settings.unattended and sys.stdin is not None and sys.stdin.isatty()
+        self.ui = ui or Terminal(interactive=interactive, debug=settings.debug)
+        self.store = RunStore(settings.home_path, self.redact)
+        self.counter = counter_for(settings.model)
+        self.contexts = ContextBuilder(self.counter, settings.max_context_tokens)
+        self.system = system_prompt(str(settings.workdir_path))
+        self.max_chars = settings.max_memory_item_tokens * CHARS_PER_TOKEN * 2
+        self.alerts: list[str] = []
+
+    # --- starting and resuming -------------------------------------------------------------------------------
+    def run(self, objective: str) -> RunResult:
+        objective = objective.strip()
+        if not objective:
+            raise ConfigError("the objective is empty: say what the agent should do")
+        self._check_budget(objective)
+        self._check_endpoint()
+        record = self.store.create()
+        state = RunState(objective=objective)
+        record.append({"type": "run_start", "step": 0, "time": state.started_at, "run_id": record.run_id,
+                       "objective": objective, "settings": self.settings.to_dict()})
+        return self._drive(record, state)
+
+    def resume(self, run_id: str) -> RunResult:
+        record = self.store.open(run_id)
+        state = RunState.from_events(record.events(), self._step_record)
+        if state.status == "done":
+            raise ConfigError(f"run {record.run_id} is already done; its answer is in {record.result_path}")
+        self._check_budget(state.objective)
+        self._check_endpoint()
+        record.append({"type": "resume", "step": state.step, "time": now_iso(), "settings": self.settings.to_dict()})
+        self.alerts.append("NOTE: this run was interrupted and has been resumed. The Python session was restarted: "
+                           "variables, imports and functions from earlier steps are gone; files on disk remain.")
+        state.status = "running"
+        return self._drive(record, state, resumed=True)
+
+    def _check_endpoint(self) -> None:
+        check = getattr(self.model, "check_reachable", None)
+        if check is not None:
+            check()
+
+    def _check_budget(self, objective: str) -> None:
+        try:
+            self.contexts.check_fits(self.system, objective)
+        except ContextOverflow as exc:
+            raise ConfigError(str(exc)) from None
+
+    # --- the loop ----------------------------------------------------------------------------------------------
+    def _drive(self, record: RunRecord, state: RunState, resumed: bool = False) -> RunResult:
+        self.record, self.state = record, state
+        self.ui.run_started(record.run_id, state.objective, self.settings.model, state.step if resumed else 0)
+        workspace = Workspace(self.settings, self.ui, self.environ, self.max_chars)
+        message, exit_code = "", 0
+        restore_sigterm = _raise_on_sigterm()
+        try:
+            self._save("running")
+            while True:
+                self._check_limits()
+                self._step(workspace)
+        except Submitted as submitted:
+            state.status, state.answer = "done", submitted.answer
+        except Stop as stop:
+            state.status, message, exit_code = stop.status, str(stop), stop.exit_code
+        except ModelUnavailable as exc:
+            state.status, exit_code = "error", 2
+            message = f"{exc}. The run is saved: `miniagi resume {record.run_id}` continues it."
+        except ConfigError as exc:  # the endpoint refused us (bad key, unknown model)
+            state.status, message, exit_code = "error", str(exc), 2
+        except KeyboardInterrupt:
+            state.status, exit_code = "interrupted", 130
+            message = f"interrupted; `miniagi resume {record.run_id}` continues the run"
+        except Exception as exc:  # a bug of ours: keep the state, say what happened, stay resumable
+            state.status, exit_code = "error", 1
+            message = (f"internal error: {type(exc).__name__}: {exc}. The run is saved: "
+                       f"`miniagi resume {record.run_id}` continues it.")
+            record.append({"type": "error", "step": state.step, "traceback": traceback.format_exc()})
+        finally:
+            restore_sigterm()
+            workspace.close()
+        exit_code = EXIT_CODES["done"] if state.status == "done" else exit_code
+        record.append({"type": "run_end", "step": state.step, "time": now_iso(), "status": state.status,
+                       "answer": state.answer, "message": message})
+        result = self._save(state.status, message, exit_code)
+        record.close()
+        self.ui.run_ended(result)
+        return RunResult(run_id=record.run_id, status=state.status, answer=state.answer, exit_code=exit_code,
+                         message=message, steps=state.step, cost_usd=state.cost_usd, summary=result)
+
+    def _check_limits(self) -> None:
+        state, settings = self.state, self.settings
+        if state.step >= settings.max_steps:
+            raise LimitReached(f"step limit reached ({settings.max_steps} steps). Continue with "
+                               f"`miniagi resume {self.record.run_id} --max-steps {settings.max_steps * 2}`")
+        if settings.max_cost and state.cost_usd >= settings.max_cost:
+            raise LimitReached(f"cost limit reached (${state.cost_usd:.4f} of ${settings.max_cost:g}). Continue with "
+                               f"`miniagi resume {self.record.run_id} --max-cost {settings.max_cost * 2:g}`")
+
+    def _step(self, workspace: Workspace) -> None:
+        state = self.state
+        number = state.step + 1
+        context = self.contexts.build(system=self.system, objective=state.objective, steps=state.steps,
+                                      next_step=number, notes=state.notes, alerts="\n\n".join(self.alerts))
+        self.alerts = []
+        self.ui.debug_context(context.messages)
+        with self.ui.thinking(number):
+            completion = self._ask("agent", context.messages, number)
+        state.step = number  # a turn is taken once the model has answered
+        try:
+            action = self._read(completion.text)
+        except FormatError as error:
+            self._format_error(number, completion.text, error)
+            return
+        self.record.append({"type": "action", "step": number, "thought": action.thought, "command": action.command,
+                            "arg": action.arg})
+        self.ui.action(number, action.thought, action.command, action.arg, state.cost_usd)
+        observation = self._execute(workspace, action)  # `done` raises Submitted here
+        if action.note:
+            observation = f"{observation}\n\n{action.note}"
+        observation = self.redact(cap_text(observation, self.max_chars))
+        self.record.append({"type": "observation", "step": number, "text": observation})
+        self.ui.observation(observation)
+        repeats = state.add_action(self._step_record(number, action.thought, action.command, action.arg, observation))
+        self._watch_for_loops(repeats)
+        self._save("running")
+
+    def _read(self, reply: str) -> Action:
+        action = parse_reply(reply)
+        if action.command not in COMMANDS:
+            raise FormatError(f"{action.command!r} is not a command; the commands are: {', '.join(COMMANDS)}", reply)
+        return action
+
+    def _format_error(self, number: int, reply: str, error: FormatError) -> None:
+        self.record.append({"type": "format_error", "step": number, "error": str(error), "response": reply})
+        self.ui.warn(f"step {number}: the reply could not be used: {error.problem}")
+        self.state.add_format_error(self._step_record(number, "", "", "", str(error), raw_reply=reply))
+        self._save("running")
+        if self.state.format_errors_in_a_row >= MAX_FORMAT_ERRORS:
+            raise TooManyFormatErrors(f"the model broke the reply format {MAX_FORMAT_ERRORS} times in a row "
+                                      f"(last problem: {error.problem})")
+
+    def _watch_for_loops(self, repeats: int) -> None:
+        if repeats >= STOP_AFTER:
+            raise Stuck(f"stuck in a loop: the same action or result {repeats} times in a row")
+        if repeats >= WARN_AFTER:
+            warning = self.state.loops.warning(repeats)
+            self.alerts.append(warning)
+            self.record.append({"type": "loop_warning", "step": self.state.step, "repeats": repeats,
+                                "text": warning})
+            self.ui.warn(f"loop: {repeats} repeats")
+
+    def _execute(self, workspace: Workspace, action: Action) -> str:
+        command = COMMANDS[action.command]
+        if not action.arg.strip():
+            return f"{command.name} needs an argument ({command.arg}); nothing was done."
+        if command.needs_approval and not self.settings.yes:
+            if not self.ui.interactive:
+                return (f"Not run: {command.name} needs the user's approval, and no user is present. The user must "
+                        "start miniagi with -y (--yes) to let commands run unattended.")
+            approval = self.ui.approve(command.name, action.arg)
+            if not approval.run:
+                return approval.observation
+        try:
+            return command.run(workspace, action.arg)
+        except (Submitted, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # a failing command is an observation, never the end of the run
+            return f"{command.name} failed: {type(exc).__name__}: {exc}"
+
+    def _step_record(self, number: int, thought: str, command: str, arg: str, observation: str,
+                     raw_reply: str = "") -> StepRecord:
+        """A step as the context shows it: every part within the per-item budget."""
+        limit = self.settings.max_memory_item_tokens
+        return StepRecord(number, truncate_middle(thought, self.counter, limit), command,
+                          truncate_middle(arg, self.counter, limit), truncate_middle(observation, self.counter, limit),
+                          raw_reply=truncate_middle(raw_reply, self.counter, limit))
+
+    def _ask(self, role: str, messages: list[dict], step: int) -> Completion:
+        model = self.settings.model_for(role)
+        completion = self.model.complete(messages, model=model)
+        self.state.count_call(completion)
+        event = {"type": "llm_call", "step": step, "role": role, "model": model, "response": completion.text,
+                 "prompt_tokens": completion.prompt_tokens, "completion_tokens": completion.completion_tokens,
+                 "cost_usd": completion.cost_usd, "latency_s": round(completion.latency_s, 4)}
+        if self.settings.debug:
+            event["messages"] = messages
+        self.record.append(event)
+        self.ui.debug_raw(role, completion.text)
+        return completion
+
+    def _save(self, status: str, message: str = "", exit_code: int | None = None) -> dict:
+        state = self.state
+        result = {"run_id": self.record.run_id, "objective": state.objective, "status": status,
+                  "answer": state.answer, "steps": state.step, "llm_calls": state.llm_calls,
+                  "prompt_tokens": state.prompt_tokens, "completion_tokens": state.completion_tokens,
+                  "cost_usd": round(state.cost_usd, 6), "started_at": state.started_at,
+                  "ended_at": None if status == "running" else now_iso(), "model": self.settings.model,
+                  "exit_code": exit_code, "message": message}
+        self.record.write_result(result)
+        return result
+
+
+def _raise_on_sigterm():
+    """SIGTERM ends a run the way Ctrl-C does: state saved, exit 130. Returns the undo."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    return lambda: signal.signal(signal.SIGTERM, previous)
+
+
+def recorded_settings(store: RunStore, run_id: str) -> Settings:
+    """The settings a run was started with (for resume), from its run_start event."""
+    for event in store.open(run_id).events():
+        if event.get("type") == "run_start":
+            return Settings.from_dict(event.get("settings") or {})
+    raise ConfigError(f"run {run_id} has no recorded start; it cannot be resumed")

@@ -1,0 +1,151 @@
+"""The command line. `miniagi "objective"` is `miniagi run "objective"`; the other commands inspect and continue
+runs. Usage and configuration problems print one line and exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from . import __version__
+from .config import OPTIONS, ConfigError, resolve_settings
+
+COMMAND_HELP = {
+    "run": "work on an objective (the default command)",
+    "resume": "continue an interrupted or limit-stopped run",
+    "runs": "list runs, newest first",
+    "show": "show a run step by step",
+}
+
+
+def _add_run_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("options (each also an environment variable; flag > env > ./.env > default)")
+    for option in OPTIONS:
+        env = ", ".join(option.env_names)
+        if option.boolean:
+            names = [option.flag] + (["-y"] if option.name == "yes" else [])
+            if option.name == "critic":
+                group.add_argument(*names, dest=option.name, action=argparse.BooleanOptionalAction, default=None,
+                                   help=f"{option.help} [{env}]")
+            else:
+                group.add_argument(*names, dest=option.name, action="store_const", const=True, default=None,
+                                   help=f"{option.help} [{env}]")
+        else:
+            group.add_argument(option.flag, dest=option.name, metavar=option.metavar, default=None,
+                               help=f"{option.help} [{env}]")
+    parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="miniagi",
+        description="An autonomous agent: give it an objective, it works in short steps until done.",
+        epilog='Examples:  miniagi "Find the largest file in this folder"   ·   miniagi run --help (all options)'
+               "   ·   miniagi runs   ·   miniagi show RUN_ID",
+    )
+    parser.add_argument("--version", action="version", version=f"miniagi {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    run = commands.add_parser("run", help=COMMAND_HELP["run"], description=COMMAND_HELP["run"])
+    run.add_argument("objective", nargs="+", help="what the agent should achieve")
+    _add_run_options(run)
+
+    resume = commands.add_parser("resume", help=COMMAND_HELP["resume"],
+                                 description=COMMAND_HELP["resume"] + ". It runs with the settings it was started "
+                                 "with; options given here override them (raise --max-steps or --max-cost to go "
+                                 "on past a limit).")
+    resume.add_argument("run_id", help="the run's id (or an unambiguous prefix of it)")
+    _add_run_options(resume)
+
+    runs = commands.add_parser("runs", help=COMMAND_HELP["runs"], description=COMMAND_HELP["runs"])
+    runs.add_argument("--status", choices=("done", "limit", "format_error", "stuck", "error", "interrupted",
+                                           "running"), help="only runs with this status")
+    runs.add_argument("--json", action="store_true", help="print a JSON array of the runs' results")
+    runs.add_argument("--home", default=None, help="where runs live [MINIAGI_HOME]")
+
+    show = commands.add_parser("show", help=COMMAND_HELP["show"], description=COMMAND_HELP["show"])
+    show.add_argument("run_id", help="the run's id (or an unambiguous prefix of it)")
+    show.add_argument("--raw", action="store_true", help="also print the raw model responses")
+    show.add_argument("--home", default=None, help="where runs live [MINIAGI_HOME]")
+    return parser
+
+
+def _flags(args: argparse.Namespace) -> dict:
+    return {option.name: getattr(args, option.name, None) for option in OPTIONS}
+
+
+def _finish(result, as_json: bool) -> int:
+    if as_json:
+        print(json.dumps(result.summary, ensure_ascii=False))
+    elif result.answer is not None:
+        print(result.answer)
+    sys.stdout.flush()
+    return result.exit_code
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .agent import Agent
+
+    settings = resolve_settings(_flags(args))
+    result = Agent(settings).run(" ".join(args.objective))
+    return _finish(result, args.json)
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    from .agent import Agent, recorded_settings
+
+    flags = _flags(args)
+    store = _store(args)
+    overrides = {name: value for name, value in flags.items() if value is not None}
+    # the recorded settings, with what was given now on top; runs stay where they were found
+    settings = recorded_settings(store, args.run_id).with_overrides({**overrides, "home": str(store.root.parent)})
+    result = Agent(settings).resume(args.run_id)
+    return _finish(result, args.json)
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from .report import print_runs
+
+    print_runs(_store(args), status=args.status, as_json=args.json)
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from .report import print_run
+
+    print_run(_store(args).open(args.run_id), raw=args.raw)
+    return 0
+
+
+def _store(args: argparse.Namespace):
+    from .runs import RunStore
+
+    return RunStore(resolve_settings({"home": args.home}).home_path)
+
+
+HANDLERS = {"run": cmd_run, "resume": cmd_resume, "runs": cmd_runs, "show": cmd_show}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    if not argv:
+        parser.print_help(sys.stderr)
+        return 2
+    if argv[0] not in HANDLERS and argv[0] not in ("-h", "--help", "--version"):
+        argv.insert(0, "run")  # the default command: `miniagi "objective"`
+    args = parser.parse_args(argv)  # a usage error prints the usage and one line, and exits 2
+    try:
+        return HANDLERS[args.command](args)
+    except ConfigError as error:
+        print(f"miniagi: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("miniagi: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `miniagi runs | head`
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

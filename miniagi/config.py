@@ -1,0 +1,244 @@
+"""Settings: every option of `miniagi run`, resolved flag > environment > .env > default.
+
+The option table below is the single place an option is declared; the CLI flags, the environment variable
+names and the MiniAGI aliases are all generated from it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+
+class ConfigError(Exception):
+    """A usage or configuration problem: reported as one line, exit code 2."""
+
+
+TRUE_WORDS = {"1", "true", "yes", "on", "y", "t"}
+FALSE_WORDS = {"0", "false", "no", "off", "n", "f", ""}
+
+
+def parse_bool(text: str) -> bool:
+    word = str(text).strip().lower()
+    if word in TRUE_WORDS:
+        return True
+    if word in FALSE_WORDS:
+        return False
+    raise ValueError(f"{text!r} is not true/false/1/0/yes/no")
+
+
+def parse_positive_int(text: str) -> int:
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        raise ValueError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise ValueError(f"{text!r} must be at least 1")
+    return value
+
+
+def parse_non_negative_float(text: str) -> float:
+    try:
+        value = float(str(text).strip())
+    except ValueError:
+        raise ValueError(f"{text!r} is not a number") from None
+    if value < 0:
+        raise ValueError(f"{text!r} must not be negative")
+    return value
+
+
+def parse_text(text: str) -> str:
+    value = str(text).strip()
+    if not value:
+        raise ValueError("must not be empty")
+    return value
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str  # Settings field and batch/.jsonl key
+    parse: Callable[[str], Any]
+    help: str
+    aliases: tuple[str, ...] = ()  # MiniAGI-style environment names
+    negated_alias: str | None = None  # an alias whose truth value means the opposite (PROMPT_USER)
+    boolean: bool = False
+    metavar: str | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def env(self) -> str:
+        return "MINIAGI_" + self.name.upper()
+
+    @property
+    def env_names(self) -> tuple[str, ...]:
+        return (self.env, *self.aliases) + ((self.negated_alias,) if self.negated_alias else ())
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("model", parse_text, "model for the agent's actions", aliases=("MODEL",), metavar="M"),
+    Option("summarizer_model", parse_text, "model for summaries and process_data (default: the agent's model)",
+           aliases=("SUMMARIZER_MODEL",), metavar="M"),
+    Option("critic", parse_bool, "enable the critic pass", aliases=("ENABLE_CRITIC",), boolean=True),
+    Option("critic_model", parse_text, "model for the critic (default: the agent's model)", metavar="M"),
+    Option("critic_every", parse_positive_int, "run the critic every N steps (and whenever a loop is detected)",
+           metavar="N"),
+    Option("max_steps", parse_positive_int, "step limit", metavar="N"),
+    Option("max_cost", parse_non_negative_float, "spending limit in USD (0: no limit)", metavar="USD"),
+    Option("max_context_tokens", parse_positive_int, "hard token budget for the whole prompt of one agent call",
+           aliases=("MAX_CONTEXT_SIZE",), metavar="N"),
+    Option("max_memory_item_tokens", parse_positive_int, "an observation larger than this is condensed",
+           aliases=("MAX_MEMORY_ITEM_SIZE",), metavar="N"),
+    Option("workdir", parse_text, "where code and shell commands run and files are written",
+           aliases=("WORK_DIR",), metavar="DIR"),
+    Option("home", parse_text, "where runs/ and the persistent memory live (default ~/.miniagi)", metavar="DIR"),
+    Option("exec_timeout", parse_non_negative_float, "time limit in seconds of one execute_python / execute_shell",
+           metavar="S"),
+    Option("yes", parse_bool, "run commands without asking for approval", negated_alias="PROMPT_USER",
+           boolean=True),
+    Option("unattended", parse_bool, "never wait for a person", boolean=True),
+    Option("debug", parse_bool, "print each full context and raw model response; keep full prompts in the trace",
+           aliases=("DEBUG",), boolean=True),
+    Option("prices", parse_text, "JSON file of model prices (USD per 1M tokens: {\"model\": [input, output]})",
+           metavar="FILE"),
+)
+OPTIONS_BY_NAME = {option.name: option for option in OPTIONS}
+
+
+@dataclass(frozen=True)
+class Settings:
+    model: str = "gpt-4o-mini"
+    summarizer_model: str | None = None
+    critic: bool = False
+    critic_model: str | None = None
+    critic_every: int = 5
+    max_steps: int = 50
+    max_cost: float = 2.0
+    max_context_tokens: int = 8000
+    max_memory_item_tokens: int = 1500
+    workdir: str = "."
+    home: str = "~/.miniagi"
+    exec_timeout: float = 120.0
+    yes: bool = False
+    unattended: bool = False
+    debug: bool = False
+    prices: str | None = None
+
+    def model_for(self, role: str) -> str:
+        """Each role has its own model setting, falling back to the agent's model."""
+        chosen = {"summarizer": self.summarizer_model, "critic": self.critic_model}.get(role)
+        return chosen or self.model
+
+    @property
+    def home_path(self) -> Path:
+        return Path(self.home).expanduser().resolve()
+
+    @property
+    def workdir_path(self) -> Path:
+        return Path(self.workdir).expanduser().resolve()
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Settings":
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def with_overrides(self, values: Mapping[str, Any]) -> "Settings":
+        """Apply already-typed or textual overrides (CLI flags at resume, .jsonl batch keys)."""
+        parsed = {}
+        for name, value in values.items():
+            if value is None:
+                continue
+            option = OPTIONS_BY_NAME.get(name)
+            if option is None:
+                raise ConfigError(f"unknown option {name!r}")
+            parsed[name] = _parse(option, value, option.flag)
+        return replace(self, **parsed)
+
+
+def _parse(option: Option, value: Any, source: str) -> Any:
+    if not isinstance(value, str):
+        if option.boolean and isinstance(value, bool):
+            return value
+        if not option.boolean and isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = str(value)
+        else:
+            raise ConfigError(f"{source}: {value!r} is not a valid value for {option.flag}")
+    try:
+        return option.parse(value)
+    except ValueError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+
+
+def read_dotenv(directory: Path | None = None) -> dict[str, str]:
+    """The .env of the current directory (MiniAGI keeps its settings there)."""
+    path = (directory or Path.cwd()) / ".env"
+    if not path.is_file():
+        return {}
+    from dotenv import dotenv_values
+
+    return {k: v for k, v in dotenv_values(path).items() if v is not None}
+
+
+def resolve_settings(
+    flags: Mapping[str, Any],
+    environ: Mapping[str, str] | None = None,
+    dotenv: Mapping[str, str] | None = None,
+) -> Settings:
+    """flag > environment > .env > default, for every option of the table."""
+    environ = os.environ if environ is None else environ
+    dotenv = read_dotenv() if dotenv is None else dotenv
+    values: dict[str, Any] = {}
+    for option in OPTIONS:
+        flag_value = flags.get(option.name)
+        if flag_value is not None:
+            values[option.name] = _parse(option, flag_value, option.flag)
+            continue
+        for layer in (environ, dotenv):
+            found = _from_layer(option, layer)
+            if found is not None:
+                values[option.name] = found
+                break
+    return Settings(**values)
+
+
+def _from_layer(option: Option, layer: Mapping[str, str]) -> Any:
+    for name in (option.env, *option.aliases):
+        if name in layer:
+            return _parse(option, layer[name], name)
+    if option.negated_alias and option.negated_alias in layer:
+        return not _parse(option, layer[option.negated_alias], option.negated_alias)
+    return None
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where the model lives. Kept apart from Settings so the key never reaches a run's files."""
+
+    api_key: str | None
+    base_url: str | None
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None,
+                         dotenv: Mapping[str, str] | None = None) -> "Endpoint":
+        environ = os.environ if environ is None else environ
+        dotenv = read_dotenv() if dotenv is None else dotenv
+
+        def lookup(name: str) -> str | None:
+            value = environ.get(name) or dotenv.get(name)
+            return value.strip() if value and value.strip() else None
+
+        return cls(api_key=lookup("OPENAI_API_KEY"), base_url=lookup("OPENAI_BASE_URL") or lookup("OPENAI_API_BASE"))
+
+    def check(self) -> None:
+        if not self.api_key and not self.base_url:
+            raise ConfigError(
+                "no model endpoint: set OPENAI_API_KEY (OpenAI) or OPENAI_BASE_URL (a local server such as "
+                "Ollama: http://localhost:11434/v1), in the environment or in ./.env"
+            )

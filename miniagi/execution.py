@@ -1,0 +1,278 @@
+"""Running the agent's code: a persistent Python worker per run and one-off shell commands.
+
+Both run in the work directory, in a process group of their own, with no secrets in their environment and no
+stdin; both are bounded by a time limit that takes their whole process group down; both write their output to a
+file so that a 10 MB print or a background process holding the pipe can neither flood memory nor hang us.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE|PRIVATE", re.I)
+SECRET_PREFIXES = ("OPENAI_", "MINIAGI_WORKER_")
+INTERRUPT_GRACE_S = 2.0
+
+
+def is_secret_name(name: str) -> bool:
+    return bool(SECRET_NAME.search(name)) or name.upper().startswith(SECRET_PREFIXES)
+
+
+def child_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The parent's environment minus every key/token/secret/password variable and the model endpoint."""
+    environ = os.environ if environ is None else environ
+    return {name: value for name, value in environ.items() if not is_secret_name(name)}
+
+
+class Redactor:
+    """Replaces known secret values wherever they would be shown to the model or written to a run's files."""
+
+    MIN_LENGTH = 6  # shorter values would redact ordinary words
+
+    def __init__(self, *sources: Mapping[str, str]):
+        values = {value.strip() for source in sources for name, value in source.items()
+                  if value and is_secret_name(name) and len(value.strip()) >= self.MIN_LENGTH}
+        self.values = sorted(values, key=len, reverse=True)
+
+    def __call__(self, text: str) -> str:
+        for value in self.values:
+            if value in text:
+                text = text.replace(value, "[REDACTED]")
+        return text
+
+
+def cut_marker(cut_chars: int) -> str:
+    return f"\n[… {cut_chars:,} characters cut from the middle …]\n"
+
+
+def cap_text(text: str, max_chars: int) -> str:
+    """Keep the head and the tail of a long text and say how much was cut."""
+    if len(text) <= max_chars:
+        return text
+    head = max_chars * 2 // 3
+    tail = max_chars - head
+    return text[:head] + cut_marker(len(text) - head - tail) + text[len(text) - tail:]
+
+
+def read_capped(path: Path, max_chars: int) -> str:
+    """The head and tail of a possibly huge output file, reading no more than needed."""
+    size = path.stat().st_size
+    # utf-8 is at most 4 bytes a character; reading 4x the characters is always enough
+    if size <= max_chars * 4:
+        return cap_text(path.read_bytes().decode("utf-8", "replace"), max_chars)
+    head_chars = max_chars * 2 // 3
+    tail_chars = max_chars - head_chars
+    with open(path, "rb") as handle:
+        head = handle.read(head_chars * 4).decode("utf-8", "replace")[:head_chars]
+        handle.seek(size - tail_chars * 4)
+        tail = handle.read().decode("utf-8", "replace")[-tail_chars:]
+    approx_cut = size - len(head.encode()) - len(tail.encode())
+    return head + f"\n[… about {approx_cut:,} bytes cut from the middle …]\n" + tail
+
+
+def kill_process_group(pgid: int, sig: int = signal.SIGKILL) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def kill_group_members(pgid: int, spare: int) -> None:
+    """SIGKILL every process of a group but one (Linux /proc; elsewhere nothing is left to do cheaply)."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return
+    for entry in proc.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == spare:
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            fields = stat[stat.rindex(")") + 2:].split()
+            if int(fields[2]) == pgid:
+                os.kill(int(entry.name), signal.SIGKILL)
+        except (OSError, ValueError, IndexError):
+            continue
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    output: str
+    note: str = ""  # what the model must know besides the output: timeout, lost state, exit code
+    ok: bool = True
+
+    def observation(self) -> str:
+        parts = [self.output.rstrip("\n") if self.output.strip() else "(no output)"]
+        if self.note:
+            parts.append(self.note)
+        return "\n".join(parts)
+
+
+class PythonSession:
+    """A persistent Python worker process: state survives between `run` calls, crashes and timeouts do not
+    take the agent down, and a fresh worker replaces a dead one."""
+
+    def __init__(self, workdir: Path, env: Mapping[str, str], timeout_s: float, max_chars: int):
+        self.workdir = Path(workdir)
+        self.env = dict(env)
+        self.timeout_s = timeout_s
+        self.max_chars = max_chars
+        self.scratch = Path(tempfile.mkdtemp(prefix="miniagi-py-"))
+        self.output_path = self.scratch / "output"
+        self.process: subprocess.Popen | None = None
+        self.requests = None
+        self.responses = None
+        self.runs = 0
+
+    def _start(self) -> None:
+        request_read, request_write = os.pipe()
+        response_read, response_write = os.pipe()
+        env = dict(self.env, MINIAGI_WORKER_REQUEST_FD=str(request_read),
+                   MINIAGI_WORKER_RESPONSE_FD=str(response_write))
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.process = subprocess.Popen(
+            [sys.executable, "-u", "-m", "miniagi.worker"], cwd=self.workdir, env=self._worker_env(env),
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            pass_fds=(request_read, response_write), start_new_session=True)
+        os.close(request_read)
+        os.close(response_write)
+        self.requests = os.fdopen(request_write, "w", encoding="utf-8")
+        self.responses = response_read
+
+    @staticmethod
+    def _worker_env(env: dict[str, str]) -> dict[str, str]:
+        # the worker must find the miniagi package even when it is not installed (running from a checkout)
+        package_root = str(Path(__file__).resolve().parent.parent)
+        paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        return dict(env, PYTHONPATH=os.pathsep.join([*paths, package_root]))
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def run(self, code: str) -> ExecResult:
+        restarted = ""
+        if not self.alive:
+            if self.process is not None:
+                restarted = "(A fresh Python worker was started for this code; earlier state was lost.)"
+            self._close_worker()
+            self._start()
+        self.runs += 1
+        request = {"code": code, "output": str(self.output_path), "label": f"<step code {self.runs}>"}
+        try:
+            self.requests.write(json.dumps(request) + "\n")
+            self.requests.flush()
+        except BrokenPipeError:
+            return self._worker_died(restarted)
+        reply = self._wait_reply(self.timeout_s)
+        if reply is None and self.alive:
+            return self._timed_out()
+        if reply is None:
+            return self._worker_died(restarted)
+        output = read_capped(self.output_path, self.max_chars)
+        notes = [restarted] if restarted else []
+        if reply["status"] == "interrupted":
+            notes.append("The code was interrupted (KeyboardInterrupt).")
+        return ExecResult(output, note="\n".join(notes), ok=reply["status"] == "ok")
+
+    def _wait_reply(self, timeout_s: float) -> dict | None:
+        """The worker's answer, or None on timeout or when the worker is gone."""
+        deadline = time.monotonic() + timeout_s if timeout_s else None
+        buffer = b""
+        while True:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, _, _ = select.select([self.responses], [], [], remaining)
+            if not ready:
+                return None
+            chunk = os.read(self.responses, 65536)
+            if not chunk:
+                return None
+            buffer += chunk
+            if buffer.endswith(b"\n"):
+                return json.loads(buffer)
+
+    def _timed_out(self) -> ExecResult:
+        """Interrupt the snippet (state survives); anything it started is killed; a worker that ignores the
+        interrupt is killed with its whole process group."""
+        pgid = self.process.pid
+        kill_process_group(pgid, signal.SIGINT)
+        reply = self._wait_reply(INTERRUPT_GRACE_S)
+        output = read_capped(self.output_path, self.max_chars)
+        limit = f"Timed out after {self.timeout_s:g} s (--exec-timeout)"
+        if reply is not None:
+            kill_group_members(pgid, spare=pgid)
+            return ExecResult(output, ok=False, note=(
+                f"{limit}: the code was interrupted and any process it started was killed. The Python session "
+                "keeps its variables. Make long work faster or split it into smaller steps."))
+        self._close_worker()
+        return ExecResult(output, ok=False, note=(
+            f"{limit}: the Python worker did not stop, so it was killed with its whole process group. "
+            "A fresh worker starts with the next code: variables, imports and functions from earlier steps are "
+            "lost and must be defined again."))
+
+    def _worker_died(self, restarted: str) -> ExecResult:
+        code = self.process.wait() if self.process else None
+        how = (f"was killed by signal {signal.Signals(-code).name}" if code is not None and code < 0
+               else f"exited with code {code}")
+        output = read_capped(self.output_path, self.max_chars) if self.output_path.exists() else ""
+        self._close_worker()
+        return ExecResult(output, ok=False, note="\n".join(filter(None, [restarted, (
+            f"The Python worker process {how} while running this code (os._exit(), a crash, or running out of "
+            "memory). A fresh worker starts with the next code: variables, imports and functions from earlier "
+            "steps are lost and must be defined again.")])))
+
+    def _close_worker(self) -> None:
+        if self.process is not None:
+            kill_process_group(self.process.pid)
+            self.process.wait()
+        if self.requests is not None:
+            try:
+                self.requests.close()
+            except OSError:
+                pass
+        if self.responses is not None:
+            os.close(self.responses)
+        self.process = self.requests = self.responses = None
+
+    def close(self) -> None:
+        self._close_worker()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def shell_program() -> list[str]:
+    bash = shutil.which("bash")
+    return [bash, "-c"] if bash else ["/bin/sh", "-c"]
+
+
+def run_shell(command: str, workdir: Path, env: Mapping[str, str], timeout_s: float, max_chars: int) -> ExecResult:
+    """One shell command line: no stdin (interactive programs fail fast), output and exit code reported."""
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="miniagi-sh-") as scratch:
+        output_path = Path(scratch) / "output"
+        with open(output_path, "wb") as output:
+            process = subprocess.Popen([*shell_program(), command], cwd=workdir, env=dict(env),
+                                       stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
+                                       start_new_session=True)
+            try:
+                code = process.wait(timeout=timeout_s or None)
+                note = f"exit code {code}" if code >= 0 else f"killed by signal {signal.Signals(-code).name}"
+            except subprocess.TimeoutExpired:
+                kill_process_group(process.pid)
+                process.wait()
+                code = None
+                note = (f"Timed out after {timeout_s:g} s (--exec-timeout): the command and its whole process "
+                        "group were killed. Run long jobs in the background or in smaller steps.")
+        text = read_capped(output_path, max_chars)
+    return ExecResult(text, note=note, ok=code == 0)

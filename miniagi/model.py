@@ -1,0 +1,255 @@
+"""The model behind one small interface: `complete(messages, model=...) -> Completion`.
+
+`OpenAIModel` speaks to any OpenAI-compatible endpoint through the `openai` package, retrying rate limits, 5xx and
+dropped connections with bounded backoff. `ScriptedModel` answers from a list, for tests, replay and demos.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Protocol, Union
+
+from .config import ConfigError, Endpoint
+
+Message = dict  # {"role": "system" | "user" | "assistant", "content": str}
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float
+    latency_s: float
+
+
+class Model(Protocol):
+    def complete(self, messages: list[Message], *, model: str) -> Completion: ...
+
+
+class ModelUnavailable(Exception):
+    """The endpoint could not be reached or kept failing after the retries; the run can be resumed later."""
+
+
+class ModelRejected(ConfigError):
+    """The endpoint refused the request outright (bad key, unknown model): a configuration problem."""
+
+
+class ModelError(Exception):
+    """The endpoint answered with an error that retrying will not fix."""
+
+
+# USD per 1M tokens (input, output). Overridable with --prices FILE; unknown models cost 0.
+PRICES: dict[str, tuple[float, float]] = {
+    "gpt-5": (1.25, 10.0),
+    "gpt-5-mini": (0.25, 2.0),
+    "gpt-5-nano": (0.05, 0.40),
+    "gpt-4.1": (2.0, 8.0),
+    "gpt-4.1-mini": (0.40, 1.60),
+    "gpt-4.1-nano": (0.10, 0.40),
+    "gpt-4o": (2.50, 10.0),
+    "gpt-4o-mini": (0.15, 0.60),
+    "gpt-4-turbo": (10.0, 30.0),
+    "gpt-4": (30.0, 60.0),
+    "gpt-3.5-turbo": (0.50, 1.50),
+    "o1": (15.0, 60.0),
+    "o1-mini": (1.10, 4.40),
+    "o3": (2.0, 8.0),
+    "o3-mini": (1.10, 4.40),
+    "o4-mini": (1.10, 4.40),
+    "claude-sonnet-4": (3.0, 15.0),
+    "claude-3-5-haiku": (0.80, 4.0),
+    "deepseek-chat": (0.27, 1.10),
+}
+
+
+class PriceTable:
+    def __init__(self, overrides_file: str | None = None):
+        self.prices = dict(PRICES)
+        if overrides_file:
+            self.prices.update(load_prices(overrides_file))
+
+    def price(self, model: str) -> tuple[float, float]:
+        """Exact name first, then the longest known prefix ("gpt-4o-mini-2024-07-18" → "gpt-4o-mini")."""
+        bare = model.rsplit("/", 1)[-1]
+        if bare in self.prices:
+            return self.prices[bare]
+        prefixes = [name for name in self.prices if bare.startswith(name + "-")]
+        return self.prices[max(prefixes, key=len)] if prefixes else (0.0, 0.0)
+
+    def cost(self, model: str, prompt_tokens: int, completion_tokens: int) -> float:
+        per_input, per_output = self.price(model)
+        return (prompt_tokens * per_input + completion_tokens * per_output) / 1_000_000
+
+
+def load_prices(path: str) -> dict[str, tuple[float, float]]:
+    try:
+        data = json.loads(Path(path).expanduser().read_text())
+        return {str(name): (float(pair[0]), float(pair[1])) for name, pair in data.items()}
+    except (OSError, ValueError, TypeError, IndexError, AttributeError) as exc:
+        raise ConfigError(f"--prices {path}: expected a JSON object {{\"model\": [input, output]}} "
+                          f"in USD per 1M tokens ({exc})") from None
+
+
+def _count_prompt_tokens(messages: list[Message], model: str) -> int:
+    from memory.tokens import counter_for
+
+    counter = counter_for(model)
+    return sum(counter.count(m.get("content") or "") + 4 for m in messages)
+
+
+class OpenAIModel:
+    """Any OpenAI-compatible chat endpoint (OpenAI, Ollama, vLLM, llama.cpp server, LM Studio, gateways)."""
+
+    def __init__(self, endpoint: Endpoint, prices: PriceTable | None = None, *, retries: int = 4,
+                 backoff_s: float = 0.5, request_timeout_s: float = 600.0):
+        import httpx
+        import openai
+
+        endpoint.check()
+        self.endpoint = endpoint
+        self.prices = prices or PriceTable()
+        self.retries = retries
+        self.backoff_s = backoff_s
+        # a local server needs no key, but the client insists on one
+        self.client = openai.OpenAI(
+            api_key=endpoint.api_key or "not-needed",
+            base_url=endpoint.base_url,
+            max_retries=0,  # we retry ourselves, so every attempt is bounded and visible
+            timeout=httpx.Timeout(request_timeout_s, connect=10.0),
+        )
+
+    def check_reachable(self, timeout_s: float = 5.0) -> None:
+        """Fail fast, with one clear line, when nothing listens at the endpoint (no request is sent)."""
+        import socket
+        from urllib.parse import urlsplit
+
+        url = urlsplit(self.endpoint.base_url or "https://api.openai.com/v1")
+        port = url.port or (443 if url.scheme == "https" else 80)
+        try:
+            socket.create_connection((url.hostname or "", port), timeout=timeout_s).close()
+        except OSError as exc:
+            reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+            raise ConfigError(f"cannot reach the model endpoint {url.geturl()} ({reason}): set OPENAI_BASE_URL to a "
+                              f"running OpenAI-compatible server, or check the network") from None
+
+    def complete(self, messages: list[Message], *, model: str) -> Completion:
+        import openai
+
+        where = self.endpoint.base_url or "the OpenAI API"
+        last_problem = ""
+        for attempt in range(self.retries + 1):
+            started = time.monotonic()
+            try:
+                response = self.client.chat.completions.create(model=model, messages=messages)
+            except openai.AuthenticationError:
+                raise ModelRejected(f"the endpoint {where} rejected the API key: set a valid OPENAI_API_KEY") from None
+            except openai.NotFoundError as exc:
+                raise ModelRejected(f"the endpoint {where} does not know model {model!r} (or the URL is wrong): "
+                                    f"check --model / MINIAGI_MODEL and OPENAI_BASE_URL ({_error_text(exc)})") from None
+            except openai.PermissionDeniedError as exc:
+                raise ModelRejected(f"the endpoint {where} refused access to {model!r}: {_error_text(exc)}") from None
+            except (openai.APIConnectionError, openai.RateLimitError, openai.InternalServerError) as exc:
+                last_problem = _describe(exc, where)
+                if attempt == self.retries:
+                    break
+                time.sleep(self._delay(attempt, exc))
+                continue
+            except openai.APIStatusError as exc:
+                if exc.status_code in (408, 409) or exc.status_code >= 500:
+                    last_problem = _describe(exc, where)
+                    if attempt < self.retries:
+                        time.sleep(self._delay(attempt, exc))
+                        continue
+                    break
+                raise ModelError(f"the endpoint answered {exc.status_code}: {_error_text(exc)}") from None
+            latency = time.monotonic() - started
+            return self._completion(response, messages, model, latency)
+        raise ModelUnavailable(f"{last_problem} (gave up after {self.retries + 1} attempts)")
+
+    def _completion(self, response, messages: list[Message], model: str, latency: float) -> Completion:
+        choice = response.choices[0] if response.choices else None
+        text = (choice.message.content if choice and choice.message else None) or ""
+        usage = getattr(response, "usage", None)
+        if usage and usage.prompt_tokens is not None:
+            prompt_tokens, completion_tokens = usage.prompt_tokens, usage.completion_tokens or 0
+        else:  # some local servers report no usage: count it ourselves
+            from memory.tokens import counter_for
+
+            prompt_tokens = _count_prompt_tokens(messages, model)
+            completion_tokens = counter_for(model).count(text)
+        return Completion(text=text, model=response.model or model, prompt_tokens=prompt_tokens,
+                          completion_tokens=completion_tokens,
+                          cost_usd=self.prices.cost(model, prompt_tokens, completion_tokens), latency_s=latency)
+
+    def _delay(self, attempt: int, exc: Exception) -> float:
+        """The server's Retry-After when it gives one (capped), else exponential backoff with jitter."""
+        response = getattr(exc, "response", None)
+        headers = getattr(response, "headers", None) or {}
+        for header, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+            value = headers.get(header)
+            if value is not None:
+                try:
+                    return min(60.0, max(0.0, float(value) * scale))
+                except ValueError:
+                    pass
+        return self.backoff_s * (2 ** attempt) * (0.75 + random.random() / 2)
+
+
+def _error_text(exc: Exception) -> str:
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):
+        inner = body["error"] if isinstance(body.get("error"), dict) else body
+        if inner.get("message"):
+            return str(inner["message"])
+    return str(getattr(exc, "message", None) or exc)
+
+
+def _describe(exc: Exception, where: str) -> str:
+    import openai
+
+    if isinstance(exc, openai.APITimeoutError):
+        return f"the model endpoint {where} timed out"
+    if isinstance(exc, openai.APIConnectionError):
+        return f"cannot reach the model endpoint {where}: check OPENAI_BASE_URL and that the server is running"
+    status = getattr(exc, "status_code", "?")
+    return f"the model endpoint {where} kept failing (HTTP {status}: {_error_text(exc)})"
+
+
+ScriptedReply = Union[str, Exception, Callable[[list[Message]], str]]
+
+
+class ScriptExhausted(ModelUnavailable):
+    """A ScriptedModel was asked for more replies than it was given."""
+
+
+class ScriptedModel:
+    """Answers from a list, in order: a string, an exception to raise, or a function of the messages.
+
+    Used by tests, by `miniagi replay` and for trying the agent with no API key.
+    """
+
+    def __init__(self, replies: Iterable[ScriptedReply], prices: PriceTable | None = None):
+        self.replies = list(replies)
+        self.prices = prices or PriceTable()
+        self.calls: list[list[Message]] = []
+
+    def complete(self, messages: list[Message], *, model: str) -> Completion:
+        from memory.tokens import counter_for
+
+        if len(self.calls) >= len(self.replies):
+            raise ScriptExhausted(f"the scripted model has no reply left for call {len(self.calls) + 1}")
+        reply = self.replies[len(self.calls)]
+        self.calls.append(messages)
+        if isinstance(reply, Exception):
+            raise reply
+        text = reply(messages) if callable(reply) else reply
+        prompt_tokens = _count_prompt_tokens(messages, model)
+        completion_tokens = counter_for(model).count(text)
+        return Completion(text=text, model=model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                          cost_usd=self.prices.cost(model, prompt_tokens, completion_tokens), latency_s=0.0)

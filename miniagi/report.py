@@ -1,0 +1,84 @@
+"""`miniagi runs` and `miniagi show`: runs made readable (rich on stdout) or scriptable (--json)."""
+
+from __future__ import annotations
+
+import json
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from .runs import RunRecord, RunStore
+
+STATUS_STYLES = {"done": "green", "running": "cyan", "limit": "yellow", "interrupted": "yellow"}
+
+
+def print_runs(store: RunStore, status: str | None = None, as_json: bool = False) -> None:
+    results = store.results(status)
+    if as_json:
+        print(json.dumps(results, ensure_ascii=False))
+        return
+    console = Console(highlight=False)
+    if not results:
+        console.print(f"no runs{f' with status {status}' if status else ''} under {store.root}")
+        return
+    table = Table(box=None, header_style="bold")
+    for column, justify in (("id", "left"), ("status", "left"), ("steps", "right"), ("cost", "right"),
+                            ("objective", "left")):
+        table.add_column(column, justify=justify, no_wrap=column != "objective", overflow="ellipsis")
+    for result in results:
+        state = result.get("status", "?")
+        table.add_row(result.get("run_id", "?"), Text(state, style=STATUS_STYLES.get(state, "red")),
+                      str(result.get("steps", 0)), f"${result.get('cost_usd', 0):.4f}",
+                      Text(" ".join(str(result.get("objective", "")).split())[:200]))
+    console.print(table)
+
+
+def print_run(record: RunRecord, raw: bool = False) -> None:
+    """Step by step: thought, command, argument, observation, and each step's tokens and cost."""
+    console = Console(highlight=False)
+    result = record.read_result()
+    usage: dict[int, list[float]] = {}
+    for event in record.events():
+        kind, step = event.get("type"), event.get("step", 0)
+        if kind == "run_start":
+            console.print(Text(f"run {record.run_id}", style="bold"))
+            console.print(Text(f"objective: {event.get('objective')}", style="cyan"))
+        elif kind == "resume":
+            console.print(Text(f"— resumed at {event.get('time')} —", style="bold yellow"))
+        elif kind == "llm_call":
+            tokens = usage.setdefault(step, [0, 0, 0.0])
+            tokens[0] += event.get("prompt_tokens", 0)
+            tokens[1] += event.get("completion_tokens", 0)
+            tokens[2] += event.get("cost_usd", 0.0)
+            if raw:
+                console.print(Text(f"[{event.get('role')} · {event.get('model')} · {event.get('latency_s')} s] raw "
+                                   "response:", style="dim"))
+                console.print(Text(event.get("response", ""), style="dim"))
+        elif kind == "action":
+            prompt, completion, cost = usage.get(step, [0, 0, 0.0])
+            console.print()
+            console.print(Text.assemble((f"step {step} ", "bold"), (event.get("command", ""), "bold magenta"),
+                                        (f"  {prompt}+{completion} tokens · ${cost:.4f}", "dim")))
+            if event.get("thought"):
+                console.print(Text(f"thought: {event['thought']}", style="italic"))
+            console.print(Text(event.get("arg", ""), style="yellow"))
+        elif kind == "observation":
+            console.print(Text(event.get("text", ""), style="dim"))
+        elif kind == "format_error":
+            console.print()
+            console.print(Text(f"step {step} format error", style="bold red"))
+            console.print(Text(event.get("error", ""), style="red"))
+        elif kind in ("loop_warning", "critic", "summary"):
+            console.print(Text(f"[{kind}] {event.get('text', '')}", style="yellow"))
+        elif kind == "run_end":
+            console.print()
+            console.print(Text(f"ended: {event.get('status')}"
+                               + (f" — {event['message']}" if event.get("message") else ""), style="bold"))
+    if result:
+        console.print(Text(f"{result.get('steps')} steps · {result.get('llm_calls')} model calls · "
+                           f"{result.get('prompt_tokens')}+{result.get('completion_tokens')} tokens · "
+                           f"${result.get('cost_usd', 0):.4f}", style="dim"))
+        if result.get("answer") is not None:
+            console.print(Text("answer:", style="bold green"))
+            console.print(Text(str(result["answer"])))

@@ -1,0 +1,114 @@
+"""A scripted OpenAI-compatible chat server on 127.0.0.1 (stdlib only), driven by the real `openai` client.
+
+Each request to /v1/chat/completions takes the next item of the script:
+  str                       → a normal completion with that text
+  Fail(status, headers)     → an HTTP error (429, 500, 400, …)
+  Hang(seconds)             → waits before answering with the next item (a slow model)
+  callable(messages) -> str → computed from the request
+When the script runs out the server answers 400 "script exhausted", so a test that asks too much fails loudly.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+@dataclass
+class Fail:
+    status: int
+    headers: dict = field(default_factory=dict)
+    message: str = "scripted failure"
+
+
+@dataclass
+class Hang:
+    seconds: float
+
+
+class FakeLLM:
+    def __init__(self, script=()):
+        self.script = list(script)
+        self.requests: list[dict] = []  # every chat request body received, failures included
+        self.lock = threading.Lock()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def add(self, *items) -> None:
+        with self.lock:
+            self.script.extend(items)
+
+    def agent_requests(self) -> list[dict]:
+        return [r for r in self.requests if r.get("messages")]
+
+    def __enter__(self) -> "FakeLLM":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def _next(self):
+        with self.lock:
+            return self.script.pop(0) if self.script else None
+
+    def _handler(self):
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _send(self, status: int, body: dict, headers: dict | None = None) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for name, value in (headers or {}).items():
+                    self.send_header(name, str(value))
+                self.end_headers()
+                try:
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+            def do_GET(self):
+                self._send(200, {"object": "list", "data": [{"id": "gpt-4o-mini", "object": "model"}]})
+
+            def do_POST(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                request = json.loads(self.rfile.read(length) or b"{}")
+                with fake.lock:
+                    fake.requests.append(request)
+                item = fake._next()
+                while isinstance(item, Hang):
+                    time.sleep(item.seconds)
+                    item = fake._next()
+                if item is None:
+                    self._send(400, {"error": {"message": "script exhausted", "type": "invalid_request_error"}})
+                    return
+                if isinstance(item, Fail):
+                    self._send(item.status, {"error": {"message": item.message, "type": "server_error"}},
+                               item.headers)
+                    return
+                text = item(request.get("messages", [])) if callable(item) else item
+                prompt_chars = sum(len(m.get("content") or "") for m in request.get("messages", []))
+                self._send(200, {
+                    "id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()),
+                    "model": request.get("model", "fake"),
+                    "choices": [{"index": 0, "finish_reason": "stop",
+                                 "message": {"role": "assistant", "content": text}}],
+                    "usage": {"prompt_tokens": prompt_chars // 4 + 1, "completion_tokens": len(text) // 4 + 1,
+                              "total_tokens": prompt_chars // 4 + len(text) // 4 + 2},
+                })
+
+        return Handler
