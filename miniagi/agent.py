@@ -12,7 +12,6 @@ import sys
 import threading
 import traceback
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Mapping
 
 from memory.context import ContextBuilder, ContextOverflow, StepRecord, truncate_middle

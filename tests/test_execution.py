@@ -1,0 +1,85 @@
+"""The Python worker and the shell runner, on real processes."""
+
+from __future__ import annotations
+
+import time
+
+from miniagi.execution import PythonSession, Redactor, cap_text, child_environment, run_shell
+
+
+def test_child_environment_drops_secrets_and_keeps_the_rest():
+    env = child_environment({"PATH": "/bin", "HOME": "/root", "OPENAI_API_KEY": "k", "OPENAI_BASE_URL": "u",
+                             "AWS_SECRET_ACCESS_KEY": "s", "GH_TOKEN": "t", "PGPASSWORD": "p", "PWD": "/x",
+                             "my_api_key": "lower"})
+    assert env == {"PATH": "/bin", "HOME": "/root", "PWD": "/x"}
+
+
+def test_redactor_replaces_secret_values_only():
+    redact = Redactor({"SERVICE_TOKEN": "tok-123456", "SHORT_KEY": "abc", "PATH": "/usr/bin"})
+    assert redact("value tok-123456 and abc in /usr/bin") == "value [REDACTED] and abc in /usr/bin"
+
+
+def test_cap_text_keeps_head_and_tail_and_says_how_much_was_cut():
+    text = "A" * 1000 + "B" * 1000
+    capped = cap_text(text, 300)
+    assert capped.startswith("A" * 200) and capped.endswith("B" * 100) and "1,700 characters cut" in capped
+
+
+def test_a_snippet_timeout_kills_what_it_started_but_keeps_the_session(tmp_path):
+    session = PythonSession(tmp_path, child_environment(), timeout_s=1, max_chars=4000)
+    try:
+        session.run("import subprocess, signal\nkept = 'yes'")
+        result = session.run("child = subprocess.Popen(['sleep', '300'], preexec_fn=lambda: "
+                             "signal.signal(signal.SIGINT, signal.SIG_IGN))\nwhile True: pass")
+        assert "Timed out" in result.note
+        assert session.run("print(kept, child.wait(timeout=5))").output.strip() == "yes -9"
+    finally:
+        session.close()
+
+
+def test_a_worker_that_ignores_the_interrupt_is_killed_and_replaced(tmp_path):
+    session = PythonSession(tmp_path, child_environment(), timeout_s=1, max_chars=4000)
+    try:
+        session.run("x = 1")
+        result = session.run("import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True: pass")
+        assert "killed with its whole process group" in result.note and "lost" in result.note
+        assert "NameError" in session.run("x").output
+    finally:
+        session.close()
+    assert not session.scratch.exists()
+
+
+def test_code_runs_in_the_workdir_with_no_stdin_and_child_output_is_captured(tmp_path):
+    session = PythonSession(tmp_path, child_environment(), timeout_s=10, max_chars=4000)
+    try:
+        result = session.run("import os, subprocess\nprint(os.getcwd())\nsubprocess.run(['echo', 'from-child'])\n"
+                             "input()")
+        assert str(tmp_path) in result.output and "from-child" in result.output and "EOFError" in result.output
+        assert session.run("if __name__ == '__main__':\n    print('main')").output.strip() == "main"
+        assert session.run("[1, 2][0]").output.strip() == "1"
+        assert session.run("None").output == ""
+    finally:
+        session.close()
+
+
+def test_shell_reports_exit_code_and_interactive_programs_fail_fast(tmp_path):
+    result = run_shell("echo out; echo err >&2; exit 3", tmp_path, child_environment(), 10, 4000)
+    assert "out" in result.output and "err" in result.output and result.note == "exit code 3" and not result.ok
+    started = time.monotonic()
+    result = run_shell("read answer; echo got:$answer", tmp_path, child_environment(), 10, 4000)
+    assert time.monotonic() - started < 5 and "got:" in result.output
+
+
+def test_shell_timeout_kills_the_process_group_including_background_children(tmp_path):
+    marker = tmp_path / "survived"
+    started = time.monotonic()
+    result = run_shell(f"(sleep 3; touch {marker}) & sleep 60", tmp_path, child_environment(), 1, 4000)
+    assert time.monotonic() - started < 10 and "Timed out after 1 s" in result.note
+    time.sleep(3.5)
+    assert not marker.exists()
+
+
+def test_huge_output_is_read_without_loading_it(tmp_path):
+    result = run_shell("head -c 50000000 /dev/zero | tr '\\0' 'z'; echo; echo LAST", tmp_path,
+                       child_environment(), 60, 2000)
+    assert len(result.output) < 3000 and "bytes cut" in result.output and result.output.rstrip().endswith("LAST")

@@ -1,0 +1,76 @@
+"""A person at a terminal: approval of code, feedback, talk_to_user; and headless use from Python."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import subprocess
+import sys
+
+from miniagi import Agent, ScriptedModel, Settings
+
+from .conftest import act, run_dirs
+
+
+def run_in_terminal(llm, isolated, typed: str, *args) -> subprocess.CompletedProcess:
+    """miniagi with a real pseudo-terminal as stdin; what the person types is queued up front."""
+    master, slave = pty.openpty()
+    env = dict(os.environ, OPENAI_BASE_URL=llm.url, OPENAI_API_KEY="sk-test-key-123456")
+    try:
+        os.write(master, typed.encode())
+        return subprocess.run([sys.executable, "-m", "miniagi", *args], cwd=isolated.work, env=env, stdin=slave,
+                              capture_output=True, text=True, timeout=60)
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+def test_approval_refuse_feedback_then_approve(llm, isolated):
+    llm.add(act("execute_shell", "touch refused.txt"),
+            act("execute_shell", "touch with-feedback.txt"),
+            act("execute_python", "open('approved.txt', 'w').write('yes')"),
+            act("talk_to_user", "What colour?"),
+            act("done", "finished"))
+    proc = run_in_terminal(llm, isolated, "n\nplease do not create files named like that\ny\nblue\n", "go")
+    assert proc.returncode == 0, proc.stderr
+    assert not (isolated.work / "refused.txt").exists()
+    assert not (isolated.work / "with-feedback.txt").exists()
+    assert (isolated.work / "approved.txt").read_text() == "yes"
+    assert "Run it?" in proc.stderr and "touch refused.txt" in proc.stderr
+    (directory,) = run_dirs(isolated.home)
+    seen = {e["step"]: e["text"] for e in map(json.loads, (directory / "trace.jsonl").read_text().splitlines())
+            if e["type"] == "observation"}
+    assert "refused" in seen[1]
+    assert "please do not create files named like that" in seen[2]
+    assert seen[4] == "The user replied: blue"
+
+
+def test_headless_python_api_with_a_scripted_model(isolated):
+    model = ScriptedModel([act("execute_python", "x = 20"), act("execute_python", "print(x + 1)"),
+                           act("done", "21")])
+    result = Agent(Settings(yes=True, unattended=True, workdir=str(isolated.work)), model=model).run("add one")
+    assert (result.status, result.answer, result.exit_code, result.steps) == ("done", "21", 0, 3)
+    assert "Observation (step 2):\n21" in model.calls[2][-2]["content"]
+    assert result.summary["llm_calls"] == 3
+
+
+def test_headless_api_against_an_endpoint(llm, isolated):
+    from miniagi import OpenAIModel
+    from miniagi.config import Endpoint
+
+    llm.add(act("done", "hello"))
+    model = OpenAIModel(Endpoint(api_key="k", base_url=llm.url))
+    result = Agent(Settings(model="gpt-4o-mini", unattended=True), model=model).run("say hello")
+    assert result.answer == "hello" and result.cost_usd > 0
+
+
+def test_debug_prints_context_and_raw_response_and_keeps_prompts(cli, llm, isolated):
+    llm.add(act("done", "RAW-ANSWER-TEXT", thought="debug thought"))
+    proc = cli("--debug", "debug me")
+    assert proc.returncode == 0
+    assert "OBJECTIVE:" in proc.stderr and "<c>done</c>" in proc.stderr
+    (directory,) = run_dirs(isolated.home)
+    calls = [e for e in map(json.loads, (directory / "trace.jsonl").read_text().splitlines())
+             if e["type"] == "llm_call"]
+    assert calls[0]["messages"][0]["role"] == "system"
