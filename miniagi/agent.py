@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from memory.context import ContextBuilder, ContextOverflow, StepRecord, truncate_middle
+from memory.run_memory import RunMemory, Summary
+from memory.store import VectorMemory
 from memory.tokens import counter_for
 
 from .commands import COMMANDS, Submitted
@@ -84,6 +86,7 @@ class RunState:
     loops: LoopDetector = field(default_factory=LoopDetector)
     status: str = "running"
     answer: str | None = None
+    summary: Summary = field(default_factory=Summary)
 
     def count_call(self, completion: Completion) -> None:
         self.llm_calls += 1
@@ -117,6 +120,8 @@ class RunState:
             elif kind == "format_error":
                 state.add_format_error(make_record(event["step"], "", "", "", event["error"],
                                                    raw_reply=event.get("response", "")))
+            elif kind == "summary":
+                state.summary = Summary(text=event["text"], through_step=event["through_step"])
             elif kind == "run_end":
                 state.status, state.answer = event.get("status", "error"), event.get("answer")
         if state is None:
@@ -194,6 +199,7 @@ class Agent:
         self.store = RunStore(settings.home_path, self.redact)
         self.counter = counter_for(settings.model)
         self.contexts = ContextBuilder(self.counter, settings.max_context_tokens)
+        self.vectors = open_vector_memory(settings, self.environ, model)
         self.system = system_prompt(str(settings.workdir_path))
         self.max_chars = settings.max_memory_item_tokens * CHARS_PER_TOKEN * 2
         self.alerts: list[str] = []
@@ -238,17 +244,25 @@ class Agent:
     # --- the loop ----------------------------------------------------------------------------------------------
     def _drive(self, record: RunRecord, state: RunState, resumed: bool = False) -> RunResult:
         self.record, self.state = record, state
+        self.memory = RunMemory(builder=self.contexts, summarizer_counter=counter_for(self.settings.model_for(
+            "summarizer")), ask_summarizer=self._summarize, store=self.vectors, scope=self.settings.memory_scope,
+            run_id=record.run_id, objective=state.objective)
+        self.memory.summary = state.summary
         self.ui.run_started(record.run_id, state.objective, self.settings.model, state.step if resumed else 0)
         workspace = Workspace(self.settings, self.ui, self.environ, self.max_chars)
         message, exit_code = "", 0
         restore_sigterm = _raise_on_sigterm()
         try:
             self._save("running")
+            if not resumed:
+                self._remember(self.memory.item("objective", state.objective))
             while True:
                 self._check_limits()
                 self._step(workspace)
         except Submitted as submitted:
             state.status, state.answer = "done", submitted.answer
+            self._remember(self.memory.item("answer", f"Objective: {state.objective}\nFinal answer: "
+                                                      f"{submitted.answer}", state.step))
         except Stop as stop:
             state.status, message, exit_code = stop.status, str(stop), stop.exit_code
         except ModelUnavailable as exc:
@@ -288,9 +302,15 @@ class Agent:
     def _step(self, workspace: Workspace) -> None:
         state = self.state
         number = state.step + 1
-        context = self.contexts.build(system=self.system, objective=state.objective, steps=state.steps,
-                                      next_step=number, notes=state.notes, alerts="\n\n".join(self.alerts))
+        context, folded = self.memory.context(system=self.system, steps=state.steps, next_step=number,
+                                              notes=state.notes, alerts="\n\n".join(self.alerts))
         self.alerts = []
+        if folded:
+            state.summary = folded
+            self.record.append({"type": "summary", "step": state.step, "text": folded.text,
+                                "through_step": folded.through_step})
+        if self.memory.last_recalled:
+            self.record.append({"type": "recall", "step": number, "ids": self.memory.last_recalled})
         self.ui.debug_context(context.messages)
         with self.ui.thinking(number):
             completion = self._ask("agent", context.messages, number)
@@ -309,7 +329,10 @@ class Agent:
         observation = self.redact(cap_text(observation, self.max_chars))
         self.record.append({"type": "observation", "step": number, "text": observation})
         self.ui.observation(observation)
-        repeats = state.add_action(self._step_record(number, action.thought, action.command, action.arg, observation))
+        step = self._step_record(number, action.thought, action.command, action.arg, observation)
+        repeats = state.add_action(step)
+        self._remember(self.memory.step_item(step), *(
+            [self.memory.item("note", action.arg, number)] if action.command == "memorize_thoughts" else []))
         self._watch_for_loops(repeats)
         self._save("running")
 
@@ -364,6 +387,20 @@ class Agent:
                           truncate_middle(arg, self.counter, limit), truncate_middle(observation, self.counter, limit),
                           raw_reply=truncate_middle(raw_reply, self.counter, limit))
 
+    def _summarize(self, prompt: str) -> str:
+        return self._ask("summarizer", [{"role": "user", "content": prompt}], self.state.step).text
+
+    def _remember(self, *items) -> None:
+        """Vector memory helps but is not essential: if it fails, the run goes on without it."""
+        if self.memory.store is None:
+            return
+        try:
+            self.memory.remember(*items)
+        except Exception as exc:  # chromadb or the embedder failing must not end the run
+            self.ui.warn(f"vector memory disabled for this run: {type(exc).__name__}: {exc}")
+            self.record.append({"type": "error", "step": self.state.step, "text": f"vector memory: {exc}"})
+            self.memory.store = None
+
     def _ask(self, role: str, messages: list[dict], step: int) -> Completion:
         model = self.settings.model_for(role)
         completion = self.model.complete(messages, model=model)
@@ -387,6 +424,27 @@ class Agent:
                   "exit_code": exit_code, "message": message}
         self.record.write_result(result)
         return result
+
+
+def open_vector_memory(settings: Settings, environ: Mapping[str, str], model) -> VectorMemory | None:
+    """The persistent memory under $MINIAGI_HOME/memory (opened lazily, on first use), or None when off."""
+    if settings.memory_scope == "off":
+        return None
+    if settings.embedding_model == "local":
+        from memory.embeddings import MiniLMEmbedder
+
+        embedder = MiniLMEmbedder()
+    else:
+        from memory.embeddings import EndpointEmbedder
+
+        client = getattr(model, "client", None)
+        if client is None:
+            from .config import Endpoint
+            from .model import OpenAIModel
+
+            client = OpenAIModel(Endpoint.from_environment(environ)).client
+        embedder = EndpointEmbedder(client, settings.embedding_model)
+    return VectorMemory(settings.home_path / "memory", embedder)
 
 
 def _raise_on_sigterm():

@@ -15,6 +15,7 @@ COMMAND_HELP = {
     "resume": "continue an interrupted or limit-stopped run",
     "runs": "list runs, newest first",
     "show": "show a run step by step",
+    "memory": "inspect the persistent memory: search \"QUERY\" | stats | clear",
 }
 
 
@@ -67,6 +68,16 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("run_id", help="the run's id (or an unambiguous prefix of it)")
     show.add_argument("--raw", action="store_true", help="also print the raw model responses")
     show.add_argument("--home", default=None, help="where runs live [MINIAGI_HOME]")
+
+    memory = commands.add_parser("memory", help=COMMAND_HELP["memory"], description=COMMAND_HELP["memory"])
+    memory.add_argument("action", choices=("search", "stats", "clear"))
+    memory.add_argument("query", nargs="*", help="what to look for (search)")
+    memory.add_argument("--limit", type=int, default=10, help="how many results (search)")
+    memory.add_argument("--run", default=None, help="only this run's memories (search, clear)")
+    memory.add_argument("--json", action="store_true", help="print JSON")
+    memory.add_argument("--home", default=None, help="where the memory lives [MINIAGI_HOME]")
+    memory.add_argument("--embedding-model", dest="embedding_model", default=None,
+                        help="local or an endpoint model [MINIAGI_EMBEDDING_MODEL]")
     return parser
 
 
@@ -117,13 +128,34 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_memory(args: argparse.Namespace) -> int:
+    from .agent import open_vector_memory
+    from .report import print_memory_hits, print_memory_stats
+
+    settings = resolve_settings({"home": args.home, "embedding_model": args.embedding_model})
+    vectors = open_vector_memory(settings.with_overrides({"memory_scope": "global"}), {}, None)
+    where = {"run": args.run} if args.run else None
+    if args.action == "search":
+        query = " ".join(args.query).strip()
+        if not query:
+            raise ConfigError('memory search needs a query: miniagi memory search "what to look for"')
+        print_memory_hits(vectors.search(query, max(1, args.limit), where=where), as_json=args.json)
+    elif args.action == "stats":
+        print_memory_stats(vectors.stats(), as_json=args.json)
+    else:
+        removed = vectors.delete(where)
+        print(json.dumps({"removed": removed}) if args.json else
+              f"removed {removed} memories{f' of run {args.run}' if args.run else ''}")
+    return 0
+
+
 def _store(args: argparse.Namespace):
     from .runs import RunStore
 
     return RunStore(resolve_settings({"home": args.home}).home_path)
 
 
-HANDLERS = {"run": cmd_run, "resume": cmd_resume, "runs": cmd_runs, "show": cmd_show}
+HANDLERS = {"run": cmd_run, "resume": cmd_resume, "runs": cmd_runs, "show": cmd_show, "memory": cmd_memory}
 
 
 def main(argv: list[str] | None = None) -> int:

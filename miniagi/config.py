@@ -49,6 +49,13 @@ def parse_non_negative_float(text: str) -> float:
     return value
 
 
+def parse_memory_scope(text: str) -> str:
+    value = str(text).strip().lower()
+    if value not in ("global", "run", "off"):
+        raise ValueError(f"{text!r} is not one of global, run, off")
+    return value
+
+
 def parse_text(text: str) -> str:
     value = str(text).strip()
     if not value:
@@ -103,6 +110,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("unattended", parse_bool, "never wait for a person", boolean=True),
     Option("debug", parse_bool, "print each full context and raw model response; keep full prompts in the trace",
            aliases=("DEBUG",), boolean=True),
+    Option("memory_scope", parse_memory_scope, "what recall searches: global (all runs), run (this run only) or "
+           "off (no vector memory)", metavar="SCOPE"),
+    Option("embedding_model", parse_text, "embeddings for vector memory: local (offline MiniLM) or a model name "
+           "served by the endpoint's /embeddings", metavar="M"),
     Option("prices", parse_text, "JSON file of model prices (USD per 1M tokens: {\"model\": [input, output]})",
            metavar="FILE"),
 )
@@ -126,6 +137,8 @@ class Settings:
     yes: bool = False
     unattended: bool = False
     debug: bool = False
+    memory_scope: str = "global"
+    embedding_model: str = "local"
     prices: str | None = None
 
     def model_for(self, role: str) -> str:

@@ -82,3 +82,26 @@ def print_run(record: RunRecord, raw: bool = False) -> None:
         if result.get("answer") is not None:
             console.print(Text("answer:", style="bold green"))
             console.print(Text(str(result["answer"])))
+
+
+def print_memory_hits(hits, as_json: bool = False) -> None:
+    if as_json:
+        print(json.dumps([{"id": h.id, "text": h.text, "distance": round(h.distance, 4), **h.metadata} for h in hits],
+                         ensure_ascii=False))
+        return
+    console = Console(highlight=False)
+    if not hits:
+        console.print("no memories found")
+    for hit in hits:
+        where = f"document {hit.metadata.get('source')}" if hit.kind == "document" else f"run {hit.run} step {hit.step}"
+        console.print(Text.assemble((f"{1 - hit.distance:.3f} ", "bold"), (f"{hit.kind} · {where}", "dim")))
+        console.print(Text(hit.text[:500] + ("…" if len(hit.text) > 500 else "")))
+
+
+def print_memory_stats(stats: dict, as_json: bool = False) -> None:
+    if as_json:
+        print(json.dumps(stats))
+        return
+    kinds = ", ".join(f"{count} {kind}" for kind, count in sorted(stats["kinds"].items())) or "nothing yet"
+    print(f"{stats['items']} memories from {stats['runs']} runs ({kinds})\n"
+          f"embeddings: {stats['embedder']} · stored in {stats['path']}")

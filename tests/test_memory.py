@@ -1,0 +1,182 @@
+"""Memory that scales with the horizon: budgeted prompts, batched summaries, semantic recall across runs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from memory.condense import condense, split_by_tokens
+from memory.context import MESSAGE_OVERHEAD, REPLY_PRIMING
+from memory.embeddings import MiniLMEmbedder
+from memory.store import MemoryItem, VectorMemory
+from memory.tokens import counter_for
+from miniagi import Agent, OpenAIModel, Settings
+from miniagi.config import Endpoint
+
+from .conftest import act, run_dirs
+
+COUNTER = counter_for("gpt-4o-mini")
+EMBEDDER = MiniLMEmbedder()
+
+
+def prompt_tokens(messages):
+    return sum(COUNTER.count(m["content"]) + MESSAGE_OVERHEAD for m in messages) + REPLY_PRIMING
+
+
+def test_the_default_embedder_is_semantic():
+    feline, cat, stocks = EMBEDDER.embed(["feline", "a cat sat on the mat", "stock prices fell"])
+    assert feline @ cat > feline @ stocks + 0.1
+
+
+def test_vector_memory_in_chromadb_adds_searches_filters_and_clears(tmp_path):
+    store = VectorMemory(tmp_path / "memory", EMBEDDER)
+    store.add([MemoryItem("r1:step:1", "The server listens on port 8080", "r1", "step", 1),
+               MemoryItem("r1:note:2", "Remember to compress the logs", "r1", "note", 2),
+               MemoryItem("r2:step:1", "Quarterly revenue grew by 12 percent", "r2", "step", 1)])
+    store.add([MemoryItem("r1:step:1", "The server listens on port 8080", "r1", "step", 1)])  # same id: no copy
+    assert store.stats()["items"] == 3 and store.stats()["runs"] == 2
+    hits = store.search("which TCP port does the service use?", 3)
+    assert hits[0].id == "r1:step:1" and hits[0].run == "r1" and hits[0].step == 1
+    assert [h.run for h in store.search("port", 3, where={"run": "r2"})] == ["r2"]
+    reopened = VectorMemory(tmp_path / "memory", EMBEDDER)  # persistent
+    assert reopened.search("money earned", 1)[0].id == "r2:step:1"
+    assert reopened.delete({"run": "r1"}) == 2 and reopened.stats()["items"] == 1
+
+
+def test_split_by_tokens_respects_the_limit_and_natural_boundaries():
+    paragraphs = [f"Paragraph {i}. " + "Sentence about things. " * 30 for i in range(20)]
+    text = "\n\n".join(paragraphs)
+    chunks = split_by_tokens(text, COUNTER, 300)
+    assert all(COUNTER.count(c) <= 300 for c in chunks) and len(chunks) > 5
+    assert all(c.startswith("Paragraph") or c.startswith("Sentence") for c in chunks)
+    assert "".join(c.replace(" ", "").replace("\n", "") for c in chunks) == text.replace(" ", "").replace("\n", "")
+    overlapped = split_by_tokens(text, COUNTER, 300, overlap=20)
+    assert overlapped[1].startswith(" ".join(chunks[0].split()[-5:])[:10]) or len(overlapped[1]) > len(chunks[1])
+    assert split_by_tokens("x" * 10000, COUNTER, 100)  # no boundary at all still splits
+
+
+def test_condense_reduces_hierarchically_to_one_text():
+    calls = []
+
+    def ask(prompt):
+        calls.append(prompt)
+        if "Merge them into ONE" in prompt:
+            return "MERGED: " + " ".join(line for line in prompt.splitlines() if line.startswith("facts"))[:400]
+        part = prompt.split("TEXT (part ")[1].split(")")[0]
+        return f"facts of part {part}"
+
+    text = "\n\n".join(f"Section {i}: " + "detail " * 400 for i in range(30))  # ~12k tokens
+    result = condense(text, ask, COUNTER, target_tokens=200, chunk_tokens=1000)
+    assert result.startswith("MERGED:") and COUNTER.count(result) <= 200
+    assert sum("Merge them into ONE" in c for c in calls) == 1  # a single final text
+    assert len(calls) > 10
+
+
+def test_a_100_step_run_stays_in_budget_recalls_an_old_fact_and_calls_the_model_rarely(llm, isolated):
+    budget = 4000
+    agent_calls = []
+
+    def respond(request):
+        if request["model"] == "summarizer-model":
+            return "Summary: the agent printed many long weather reports and is still going."
+        agent_calls.append(request["messages"])
+        n = len(agent_calls)
+        if n == 1:
+            return act("execute_python", "print('The launch code for the rocket is ALPHA-7731.')")
+        if n == 60:
+            return act("execute_python", "print('checking')", "I need the launch code for the rocket from earlier")
+        if n == 100:
+            return act("done", "finished")
+        return act("execute_python", f"print(('weather report {n}: cloudy with rain, wind from the west. ') * 120)",
+                   f"print weather report {n}")
+
+    llm.responder = respond
+    settings = Settings(model="gpt-4o-mini", summarizer_model="summarizer-model", yes=True, unattended=True,
+                        max_steps=120, max_context_tokens=budget, max_memory_item_tokens=700,
+                        workdir=str(isolated.work), home=str(isolated.home))
+    model = OpenAIModel(Endpoint(api_key="k", base_url=llm.url))
+    result = Agent(settings, model=model).run("Print weather reports, then launch the rocket")
+    assert result.status == "done" and result.steps == 100
+
+    sizes = [prompt_tokens(messages) for messages in agent_calls]
+    assert max(sizes) <= budget
+    all_calls = len(llm.requests)
+    assert all_calls / result.steps <= 1.25, f"{all_calls} model calls over {result.steps} steps"
+    summaries = [r for r in llm.requests if r["model"] == "summarizer-model"]
+    assert summaries, "old steps were never folded into the summary"
+
+    after_question = json.dumps(agent_calls[60])  # the prompt right after the thought asked for it
+    assert "ALPHA-7731" in after_question
+    shown_steps = [m["content"] for m in agent_calls[60] if m["content"].startswith("Observation (step")]
+    assert not any("ALPHA-7731" in text for text in shown_steps)  # it came back by recall, not the window
+    assert "SUMMARY OF EARLIER STEPS" in json.dumps(agent_calls[-1])
+    (directory,) = run_dirs(isolated.home)
+    kinds = {json.loads(line)["type"] for line in (directory / "trace.jsonl").read_text().splitlines()}
+    assert {"summary", "recall"} <= kinds
+
+
+def test_a_fact_learned_in_one_run_is_recalled_by_the_next_in_a_new_process(cli, llm, isolated):
+    llm.add(act("execute_python", "print('The office wifi network is called Nebula and its passphrase is "
+                                  "sunflower-42.')"),
+            act("done", "Found the wifi details."))
+    assert cli("-y", "Find out the office wifi details").returncode == 0
+    llm.add(act("done", "It is sunflower-42."))
+    proc = cli("-y", "How do I join the office wifi?")
+    assert proc.returncode == 0, proc.stderr
+    first_prompt = json.dumps(llm.agent_requests()[-1]["messages"])
+    assert "RELEVANT MEMORIES" in first_prompt and "sunflower-42" in first_prompt
+
+    found = cli("memory", "search", "wireless network passphrase", "--json")
+    assert found.returncode == 0 and any("sunflower-42" in hit["text"] for hit in json.loads(found.stdout)[:3])
+    stats = cli("memory", "stats", "--json")
+    assert json.loads(stats.stdout)["runs"] == 2
+    assert "removed" in cli("memory", "clear").stdout
+    assert json.loads(cli("memory", "stats", "--json").stdout)["items"] == 0
+
+
+def test_run_scope_keeps_other_runs_out(cli, llm, isolated):
+    llm.add(act("execute_python", "print('The staging database host is db-stage-17.')"), act("done", "ok"))
+    assert cli("-y", "Find the staging database host").returncode == 0
+    llm.add(act("done", "unknown"))
+    assert cli("-y", "--memory-scope", "run", "Which host runs the staging database?").returncode == 0
+    assert "db-stage-17" not in json.dumps(llm.agent_requests()[-1]["messages"])
+
+
+def test_help_and_runs_without_memory_never_load_chromadb(isolated):
+    probe = """
+import sys
+from miniagi.cli import main
+try:
+    main(["--help"])
+except SystemExit:
+    pass
+assert "chromadb" not in sys.modules and "onnxruntime" not in sys.modules, "--help loaded memory"
+from miniagi import Agent, ScriptedModel, Settings
+Agent(Settings(memory_scope="off", unattended=True), model=ScriptedModel(["<r>t</r><c>done</c>ok"])).run("x")
+print("chromadb" in sys.modules, "onnxruntime" in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=isolated.work,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[-1].split() == ["False", "False"]
+
+
+def test_summary_is_recondensed_when_it_reaches_its_cap(isolated):
+    from memory.context import ContextBuilder, StepRecord
+    from memory.run_memory import FOLD_BATCH, RunMemory
+
+    prompts = []
+
+    def ask(prompt):
+        prompts.append(prompt)
+        return "long summary sentence. " * 400 if len(prompts) == 1 else "short condensed summary"
+
+    builder = ContextBuilder(COUNTER, 3000)
+    memory = RunMemory(builder=builder, summarizer_counter=COUNTER, ask_summarizer=ask, store=None, scope="global",
+                       run_id="r", objective="objective")
+    steps = [StepRecord(i, f"t{i}", "execute_shell", "ls", "output line\n" * 150) for i in range(1, 30)]
+    context, folded = memory.context(system="system", steps=steps, next_step=30, notes=[], alerts="")
+    assert folded is not None and folded.through_step >= FOLD_BATCH
+    assert COUNTER.count(folded.text) <= memory.summary_cap and len(prompts) >= 2
+    assert context.tokens <= 3000
