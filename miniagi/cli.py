@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from . import __version__
@@ -133,7 +134,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
     from .report import print_memory_hits, print_memory_stats
 
     settings = resolve_settings({"home": args.home, "embedding_model": args.embedding_model})
-    vectors = open_vector_memory(settings.with_overrides({"memory_scope": "global"}), {}, None)
+    vectors = open_vector_memory(settings.with_overrides({"memory_scope": "global"}), os.environ, None)
     where = {"run": args.run} if args.run else None
     if args.action == "search":
         query = " ".join(args.query).strip()

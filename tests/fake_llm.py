@@ -1,6 +1,6 @@
 """A scripted OpenAI-compatible chat server on 127.0.0.1 (stdlib only), driven by the real `openai` client.
 
-Each request to /v1/chat/completions takes the next item of the script:
+/v1/embeddings answers with word-hashing vectors. Each request to /v1/chat/completions takes the next item of the script:
   str                       → a normal completion with that text
   Fail(status, headers)     → an HTTP error (429, 500, 400, …)
   Hang(seconds)             → waits before answering with the next item (a slow model)
@@ -11,6 +11,7 @@ When the script runs out, `responder(request)` answers if one was given; otherwi
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
@@ -30,11 +31,20 @@ class Hang:
     seconds: float
 
 
+def word_vector(text: str, dimensions: int = 64) -> list[float]:
+    """A tiny deterministic embedding: hashed lower-case words (shared words, nearby vectors)."""
+    vector = [0.0] * dimensions
+    for word in text.lower().split():
+        vector[int(hashlib.md5(word.strip(".,:;!?").encode()).hexdigest(), 16) % dimensions] += 1.0
+    return vector
+
+
 class FakeLLM:
     def __init__(self, script=(), responder=None):
         self.script = list(script)
         self.responder = responder
         self.requests: list[dict] = []  # every chat request body received, failures included
+        self.embedding_requests: list[dict] = []
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
@@ -89,6 +99,15 @@ class FakeLLM:
             def do_POST(self):
                 length = int(self.headers.get("Content-Length") or 0)
                 request = json.loads(self.rfile.read(length) or b"{}")
+                if self.path.endswith("/embeddings"):
+                    with fake.lock:
+                        fake.embedding_requests.append(request)
+                    inputs = request["input"] if isinstance(request["input"], list) else [request["input"]]
+                    self._send(200, {"object": "list", "model": request.get("model"),
+                                     "data": [{"object": "embedding", "index": i, "embedding": word_vector(text)}
+                                              for i, text in enumerate(inputs)],
+                                     "usage": {"prompt_tokens": 1, "total_tokens": 1}})
+                    return
                 with fake.lock:
                     fake.requests.append(request)
                 item = fake._next()
