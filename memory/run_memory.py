@@ -129,7 +129,7 @@ class RunMemory:
         return "\n".join(lines)
 
     def _worth_recalling(self, hit: Hit, window_start: int, notes: list[str]) -> bool:
-        if hit.run != self.run_id:
+        if hit.run != self.run_id or hit.kind == "document":
             return True
         if hit.kind == "objective" or (hit.kind == "note" and hit.text in notes):
             return False  # already in the context
@@ -152,5 +152,10 @@ class RunMemory:
         return MemoryItem(id=f"{self.run_id}:step:{record.step}", text=text, run=self.run_id, kind="step",
                           step=record.step)
 
-    def item(self, kind: str, text: str, step: int = 0) -> MemoryItem:
-        return MemoryItem(id=f"{self.run_id}:{kind}:{step}", text=text, run=self.run_id, kind=kind, step=step)
+    def item(self, kind: str, text: str, step: int = 0, suffix: str = "") -> MemoryItem:
+        return MemoryItem(id=f"{self.run_id}:{kind}:{step}" + (f":{suffix}" if suffix else ""), text=text,
+                          run=self.run_id, kind=kind, step=step)
+
+    def document_item(self, item_id: str, text: str, source: str, position: int) -> MemoryItem:
+        """A part of an ingested document: one id per source and position, so ingesting again replaces it."""
+        return MemoryItem(id=item_id, text=text, run=self.run_id, kind="document", step=position, source=source)

@@ -28,6 +28,7 @@ from .parser import Action, FormatError, parse_reply
 from .prompts import system_prompt
 from .runs import RunRecord, RunStore, now_iso
 from .ui import Terminal
+from .websearch import DdgsBackend, SearchBackend
 
 MAX_FORMAT_ERRORS = 3  # malformed replies in a row before the run is given up
 CHARS_PER_TOKEN = 4  # for cheap character caps that stay above a token cap
@@ -144,14 +145,25 @@ class RunState:
 
 
 class Workspace:
-    """What commands act on: the work directory, the Python session, the shell, the person, the notes."""
+    """What commands act on: the work directory, the Python session, the shell, the person, the web, memory and
+    the summarizer model."""
 
-    def __init__(self, settings: Settings, ui: Terminal, environ: Mapping[str, str], max_chars: int):
+    def __init__(self, agent: "Agent"):
+        settings = agent.settings
         self.settings = settings
-        self.ui = ui
+        self.ui = agent.ui
         self.workdir = settings.workdir_path
-        self.env = child_environment(environ)
-        self.max_chars = max_chars
+        self.env = child_environment(agent.environ)
+        self.max_chars = agent.max_chars
+        self.memory = agent.memory
+        self.search_backend = agent.search_backend
+        self.summarize = agent._summarize
+        self.remember = agent._remember
+        self.counter = counter_for(settings.model_for("summarizer"))
+        self.chunk_budget = max(1000, settings.max_context_tokens - 800)  # what one summarizer call may read
+        self.answer_tokens = min(800, settings.max_memory_item_tokens)
+        self.step = lambda: agent.state.step
+        self.last_search: list = []
         self._python: PythonSession | None = None
 
     @property
@@ -170,6 +182,13 @@ class Workspace:
         reply = self.ui.ask_user(message).strip()
         return f"The user replied: {reply}" if reply else "The user gave no reply."
 
+    def remember_search(self, query: str, results: list) -> None:
+        """Search results go to memory, so a later step can find a URL seen earlier."""
+        step = self.step()
+        self.remember(*[self.memory.item("search", f"Web search result for {query!r}: {r.title}\n{r.url}\n"
+                                                          f"{r.snippet}", step, suffix=str(i))
+                               for i, r in enumerate(results)])
+
     def close(self) -> None:
         if self._python is not None:
             self._python.close()
@@ -184,8 +203,9 @@ class Agent:
     """
 
     def __init__(self, settings: Settings, *, model: Model | None = None, ui: Terminal | None = None,
-                 environ: Mapping[str, str] | None = None):
+                 environ: Mapping[str, str] | None = None, search_backend: SearchBackend | None = None):
         self.settings = settings
+        self.search_backend = search_backend or DdgsBackend()
         self.environ = dict(os.environ if environ is None else environ)
         self.redact = Redactor(self.environ, read_dotenv())
         if model is None:
@@ -249,7 +269,7 @@ class Agent:
             run_id=record.run_id, objective=state.objective)
         self.memory.summary = state.summary
         self.ui.run_started(record.run_id, state.objective, self.settings.model, state.step if resumed else 0)
-        workspace = Workspace(self.settings, self.ui, self.environ, self.max_chars)
+        workspace = Workspace(self)
         message, exit_code = "", 0
         restore_sigterm = _raise_on_sigterm()
         try:

@@ -175,8 +175,9 @@ class PythonSession:
             self.requests.flush()
         except BrokenPipeError:
             return self._worker_died(restarted)
-        reply = self._wait_reply(self.timeout_s)
-        if reply is None and self.alive:
+        try:
+            reply = self._wait_reply(self.timeout_s)
+        except TimeoutError:
             return self._timed_out()
         if reply is None:
             return self._worker_died(restarted)
@@ -187,14 +188,14 @@ class PythonSession:
         return ExecResult(output, note="\n".join(notes), ok=reply["status"] == "ok")
 
     def _wait_reply(self, timeout_s: float) -> dict | None:
-        """The worker's answer, or None on timeout or when the worker is gone."""
+        """The worker's answer, or None when the worker is gone; TimeoutError when it takes too long."""
         deadline = time.monotonic() + timeout_s if timeout_s else None
         buffer = b""
         while True:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             ready, _, _ = select.select([self.responses], [], [], remaining)
             if not ready:
-                return None
+                raise TimeoutError
             chunk = os.read(self.responses, 65536)
             if not chunk:
                 return None
@@ -207,7 +208,10 @@ class PythonSession:
         interrupt is killed with its whole process group."""
         pgid = self.process.pid
         kill_process_group(pgid, signal.SIGINT)
-        reply = self._wait_reply(INTERRUPT_GRACE_S)
+        try:
+            reply = self._wait_reply(INTERRUPT_GRACE_S)
+        except TimeoutError:
+            reply = None
         output = read_capped(self.output_path, self.max_chars)
         limit = f"Timed out after {self.timeout_s:g} s (--exec-timeout)"
         if reply is not None:

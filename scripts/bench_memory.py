@@ -124,8 +124,8 @@ def bench_store(sizes: list[int]) -> None:
             started = time.perf_counter()
             while stored < size:
                 batch = min(4000, size - stored)
-                filler.add([MemoryItem(f"fill:{stored + i}", texts[(stored + i) % len(texts)], f"run{(stored + i) // 300}",
-                                       "step", (stored + i) % 300) for i in range(batch)])
+                filler.add([MemoryItem(f"fill:{n}", texts[n % len(texts)], f"run{n // 300}", "step", n % 300)
+                            for n in range(stored, stored + batch)])
                 stored += batch
             fill = time.perf_counter() - started
             adds, queries = [], []

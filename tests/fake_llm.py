@@ -1,12 +1,12 @@
-"""A scripted OpenAI-compatible chat server on 127.0.0.1 (stdlib only), driven by the real `openai` client.
+"""A scripted OpenAI-compatible server on 127.0.0.1 (stdlib only), driven by the real `openai` client.
 
-/v1/embeddings answers with word-hashing vectors. Each request to /v1/chat/completions takes the next item of the script:
+/v1/embeddings answers with word-hashing vectors. A request to /v1/chat/completions takes the script's next item:
   str                       → a normal completion with that text
   Fail(status, headers)     → an HTTP error (429, 500, 400, …)
   Hang(seconds)             → waits before answering with the next item (a slow model)
   callable(request) -> str  → computed from the request body (model, messages)
-When the script runs out, `responder(request)` answers if one was given; otherwise the server answers 400
-"script exhausted", so a test that asks too much fails loudly.
+A `responder(request)`, when given, is asked first; when it returns None the script answers. When the script runs
+out the server answers 400 "script exhausted", so a test that asks too much fails loudly.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ class FakeLLM:
 
     def _next(self):
         with self.lock:
-            return self.script.pop(0) if self.script else self.responder
+            return self.script.pop(0) if self.script else None
 
     def _handler(self):
         fake = self
@@ -110,7 +110,8 @@ class FakeLLM:
                     return
                 with fake.lock:
                     fake.requests.append(request)
-                item = fake._next()
+                item = fake.responder(request) if fake.responder else None
+                item = fake._next() if item is None else item
                 while isinstance(item, Hang):
                     time.sleep(item.seconds)
                     item = fake._next()
