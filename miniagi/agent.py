@@ -19,8 +19,10 @@ from memory.run_memory import RunMemory, Summary
 from memory.store import VectorMemory
 from memory.tokens import counter_for
 
+from . import critic
 from .commands import COMMANDS, Submitted
 from .config import ConfigError, Settings, read_dotenv
+from .containment import Containment, Limits
 from .execution import ExecResult, PythonSession, Redactor, cap_text, child_environment, run_shell
 from .loops import STOP_AFTER, WARN_AFTER, LoopDetector
 from .model import Completion, Model, ModelUnavailable
@@ -88,6 +90,8 @@ class RunState:
     status: str = "running"
     answer: str | None = None
     summary: Summary = field(default_factory=Summary)
+    criticism: str = ""  # the critic's latest review, shown until the next one replaces it
+    rejections: int = 0  # final answers the critic rejected
 
     def count_call(self, completion: Completion) -> None:
         self.llm_calls += 1
@@ -123,6 +127,10 @@ class RunState:
                                                    raw_reply=event.get("response", "")))
             elif kind == "summary":
                 state.summary = Summary(text=event["text"], through_step=event["through_step"])
+            elif kind == "critic" and event.get("kind") == "review":
+                state.criticism = event.get("text", "")
+            elif kind == "critic" and event.get("kind") == "final" and not event.get("accepted", True):
+                state.rejections += 1
             elif kind == "run_end":
                 state.status, state.answer = event.get("status", "error"), event.get("answer")
         if state is None:
@@ -153,7 +161,9 @@ class Workspace:
         self.settings = settings
         self.ui = agent.ui
         self.workdir = settings.workdir_path
-        self.env = child_environment(agent.environ)
+        # the working directory is the code's home: caches and dotfiles it writes stay with the work
+        self.env = dict(child_environment(agent.environ), HOME=str(self.workdir))
+        self.containment = Containment(Limits(memory_mb=settings.exec_memory, cpu_s=settings.exec_timeout or 3600))
         self.max_chars = agent.max_chars
         self.memory = agent.memory
         self.search_backend = agent.search_backend
@@ -169,11 +179,13 @@ class Workspace:
     @property
     def python(self) -> PythonSession:
         if self._python is None:
-            self._python = PythonSession(self.workdir, self.env, self.settings.exec_timeout, self.max_chars)
+            self._python = PythonSession(self.workdir, self.env, self.settings.exec_timeout, self.max_chars,
+                                         self.containment)
         return self._python
 
     def shell(self, command_line: str) -> ExecResult:
-        return run_shell(command_line, self.workdir, self.env, self.settings.exec_timeout, self.max_chars)
+        return run_shell(command_line, self.workdir, self.env, self.settings.exec_timeout, self.max_chars,
+                         self.containment)
 
     def ask_user(self, message: str) -> str:
         if not self.ui.interactive:
@@ -192,6 +204,7 @@ class Workspace:
     def close(self) -> None:
         if self._python is not None:
             self._python.close()
+        self.containment.close()
 
 
 class Agent:
@@ -218,6 +231,7 @@ class Agent:
         self.ui = ui or Terminal(interactive=interactive, debug=settings.debug)
         self.store = RunStore(settings.home_path, self.redact)
         self.counter = counter_for(settings.model)
+        self.critic_counter = counter_for(settings.model_for("critic"))
         self.contexts = ContextBuilder(self.counter, settings.max_context_tokens)
         self.vectors = open_vector_memory(settings, self.environ, model)
         self.system = system_prompt(str(settings.workdir_path))
@@ -293,18 +307,25 @@ class Agent:
         except KeyboardInterrupt:
             state.status, exit_code = "interrupted", 130
             message = f"interrupted; `miniagi resume {record.run_id}` continues the run"
+        except OSError as exc:  # most likely the disk: full, or a file size limit
+            state.status, exit_code = "error", 1
+            message = (f"cannot write the run's files ({exc.strerror or exc}). Nothing completed is lost: free "
+                       f"some space, then `miniagi resume {record.run_id}` continues from the last completed step.")
         except Exception as exc:  # a bug of ours: keep the state, say what happened, stay resumable
             state.status, exit_code = "error", 1
             message = (f"internal error: {type(exc).__name__}: {exc}. The run is saved: "
                        f"`miniagi resume {record.run_id}` continues it.")
-            record.append({"type": "error", "step": state.step, "traceback": traceback.format_exc()})
+            self._record_quietly({"type": "error", "step": state.step, "traceback": traceback.format_exc()})
         finally:
             restore_sigterm()
             workspace.close()
         exit_code = EXIT_CODES["done"] if state.status == "done" else exit_code
-        record.append({"type": "run_end", "step": state.step, "time": now_iso(), "status": state.status,
-                       "answer": state.answer, "message": message})
-        result = self._save(state.status, message, exit_code)
+        self._record_quietly({"type": "run_end", "step": state.step, "time": now_iso(), "status": state.status,
+                              "answer": state.answer, "message": message})
+        try:
+            result = self._save(state.status, message, exit_code)
+        except OSError:
+            result = self._result(state.status, message, exit_code)
         record.close()
         self.ui.run_ended(result)
         return RunResult(run_id=record.run_id, status=state.status, answer=state.answer, exit_code=exit_code,
@@ -322,8 +343,9 @@ class Agent:
     def _step(self, workspace: Workspace) -> None:
         state = self.state
         number = state.step + 1
+        alerts = ([f"A REVIEWER'S CRITICISM OF YOUR PROGRESS:\n{state.criticism}"] if state.criticism else [])
         context, folded = self.memory.context(system=self.system, steps=state.steps, next_step=number,
-                                              notes=state.notes, alerts="\n\n".join(self.alerts))
+                                              notes=state.notes, alerts="\n\n".join(self.alerts + alerts))
         self.alerts = []
         if folded:
             state.summary = folded
@@ -343,17 +365,22 @@ class Agent:
         self.record.append({"type": "action", "step": number, "thought": action.thought, "command": action.command,
                             "arg": action.arg})
         self.ui.action(number, action.thought, action.command, action.arg, state.cost_usd)
-        observation = self._execute(workspace, action)  # `done` raises Submitted here
+        try:
+            observation = self._execute(workspace, action)  # `done` raises Submitted here
+        except Submitted as submitted:
+            observation = self._final_review(submitted)  # returns only when the answer is sent back
         if action.note:
             observation = f"{observation}\n\n{action.note}"
         observation = self.redact(cap_text(observation, self.max_chars))
         self.record.append({"type": "observation", "step": number, "text": observation})
         self.ui.observation(observation)
         step = self._step_record(number, action.thought, action.command, action.arg, observation)
-        repeats = state.add_action(step)
+        loop = state.add_action(step)
         self._remember(self.memory.step_item(step), *(
             [self.memory.item("note", action.arg, number)] if action.command == "memorize_thoughts" else []))
-        self._watch_for_loops(repeats)
+        warning = self._watch_for_loops(loop)
+        if self.settings.critic and (warning or number % self.settings.critic_every == 0):
+            self._review(warning)
         self._save("running")
 
     def _read(self, reply: str) -> Action:
@@ -371,15 +398,48 @@ class Agent:
             raise TooManyFormatErrors(f"the model broke the reply format {MAX_FORMAT_ERRORS} times in a row "
                                       f"(last problem: {error.problem})")
 
-    def _watch_for_loops(self, repeats: int) -> None:
-        if repeats >= STOP_AFTER:
-            raise Stuck(f"stuck in a loop: the same action or result {repeats} times in a row")
-        if repeats >= WARN_AFTER:
-            warning = self.state.loops.warning(repeats)
-            self.alerts.append(warning)
-            self.record.append({"type": "loop_warning", "step": self.state.step, "repeats": repeats,
-                                "text": warning})
-            self.ui.warn(f"loop: {repeats} repeats")
+    def _watch_for_loops(self, length: int) -> str:
+        """The warning for a loop in progress ("" when there is none); a loop that persists ends the run."""
+        if length >= STOP_AFTER:
+            raise Stuck(f"stuck in a loop: {self.state.loops.kind}, {length} times in the last steps")
+        if length < WARN_AFTER:
+            return ""
+        warning = self.state.loops.warning(length)
+        self.alerts.append(warning)
+        self.record.append({"type": "loop_warning", "step": self.state.step, "repeats": length, "text": warning})
+        self.ui.warn(f"loop: {self.state.loops.kind}, {length} times")
+        return warning
+
+    def _review(self, loop_warning: str) -> None:
+        """The critic's review of recent progress; it replaces the previous one in the agent's context."""
+        state = self.state
+        messages = critic.review_messages(state.objective, state.summary.text, state.steps, loop_warning,
+                                          self.critic_counter, self.settings.max_context_tokens)
+        with self.ui.thinking(state.step):
+            state.criticism = self._ask("critic", messages, state.step).text.strip()
+        self.record.append({"type": "critic", "step": state.step, "kind": "review", "text": state.criticism,
+                            "loop": bool(loop_warning)})
+        self.ui.critic(state.criticism)
+
+    def _final_review(self, submitted: Submitted) -> str:
+        """With the critic on, a final answer is checked before the run ends. Returns the observation for a
+        rejected answer; re-raises Submitted for an accepted one."""
+        state = self.state
+        if not self.settings.critic or state.rejections >= critic.MAX_REJECTIONS:
+            raise submitted
+        messages = critic.final_messages(state.objective, state.summary.text, state.steps, submitted.answer,
+                                         self.critic_counter, self.settings.max_context_tokens)
+        with self.ui.thinking(state.step):
+            reply = self._ask("critic", messages, state.step).text
+        accepted, reason = critic.verdict(reply)
+        self.record.append({"type": "critic", "step": state.step, "kind": "final", "accepted": accepted,
+                            "text": reply.strip()})
+        self.ui.critic(("ACCEPT: " if accepted else "REJECT: ") + reason)
+        if accepted:
+            raise submitted
+        state.rejections += 1
+        return (f"Your final answer was reviewed and REJECTED: {reason}\nAddress this, then finish with done and "
+                f"the corrected, complete answer.")
 
     def _execute(self, workspace: Workspace, action: Action) -> str:
         command = COMMANDS[action.command]
@@ -434,7 +494,19 @@ class Agent:
         self.ui.debug_raw(role, completion.text)
         return completion
 
+    def _record_quietly(self, event: dict) -> None:
+        """The end of a run is recorded if the disk allows; the trace up to the last step stands either way."""
+        try:
+            self.record.append(event)
+        except OSError as exc:
+            self.ui.warn(f"could not record the end of the run: {exc.strerror or exc}")
+
     def _save(self, status: str, message: str = "", exit_code: int | None = None) -> dict:
+        result = self._result(status, message, exit_code)
+        self.record.write_result(result)
+        return result
+
+    def _result(self, status: str, message: str, exit_code: int | None) -> dict:
         state = self.state
         result = {"run_id": self.record.run_id, "objective": state.objective, "status": status,
                   "answer": state.answer, "steps": state.step, "llm_calls": state.llm_calls,
@@ -442,7 +514,6 @@ class Agent:
                   "cost_usd": round(state.cost_usd, 6), "started_at": state.started_at,
                   "ended_at": None if status == "running" else now_iso(), "model": self.settings.model,
                   "exit_code": exit_code, "message": message}
-        self.record.write_result(result)
         return result
 
 

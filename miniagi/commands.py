@@ -74,7 +74,8 @@ def execute_python(workspace: "Workspace", code: str) -> str:
 
 @command("execute_shell", "one shell command line",
          "Run a shell command in the working directory, with no input available (interactive programs fail). "
-         "You see its exit code and output.", needs_approval=True)
+         "You see its exit code and output. Background jobs stop when the command ends: start a long-running "
+         "server from execute_python with subprocess.Popen.", needs_approval=True)
 def execute_shell(workspace: "Workspace", command_line: str) -> str:
     return workspace.shell(command_line).observation()
 

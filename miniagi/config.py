@@ -105,6 +105,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("home", parse_text, "where runs/ and the persistent memory live (default ~/.miniagi)", metavar="DIR"),
     Option("exec_timeout", parse_non_negative_float, "time limit in seconds of one execute_python / execute_shell",
            metavar="S"),
+    Option("exec_memory", parse_positive_int, "memory limit in MB of each process that executed code starts",
+           metavar="MB"),
     Option("yes", parse_bool, "run commands without asking for approval", negated_alias="PROMPT_USER",
            boolean=True),
     Option("unattended", parse_bool, "never wait for a person", boolean=True),
@@ -134,6 +136,7 @@ class Settings:
     workdir: str = "."
     home: str = "~/.miniagi"
     exec_timeout: float = 120.0
+    exec_memory: int = 4096
     yes: bool = False
     unattended: bool = False
     debug: bool = False

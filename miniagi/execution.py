@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from .containment import Containment
+
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE|PRIVATE", re.I)
 SECRET_PREFIXES = ("OPENAI_", "MINIAGI_WORKER_")
 INTERRUPT_GRACE_S = 2.0
@@ -89,21 +91,49 @@ def kill_process_group(pgid: int, sig: int = signal.SIGKILL) -> None:
         pass
 
 
-def kill_group_members(pgid: int, spare: int) -> None:
-    """SIGKILL every process of a group but one (Linux /proc; elsewhere nothing is left to do cheaply)."""
+def kill_group_members(pgid: int, spare: int, only_cmdline: bytes | None = None) -> int:
+    """SIGKILL every process of a group but one — or only those running `only_cmdline` — until none is left
+    (a fork bomb refills the group while we kill). Linux /proc; returns how many were killed."""
     proc = Path("/proc")
     if not proc.is_dir():
-        return
-    for entry in proc.iterdir():
-        if not entry.name.isdigit() or int(entry.name) == spare:
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            fields = stat[stat.rindex(")") + 2:].split()
-            if int(fields[2]) == pgid:
+        return 0
+    killed = 0
+    for _ in range(50):
+        found = 0
+        for entry in proc.iterdir():
+            if not entry.name.isdigit() or int(entry.name) == spare:
+                continue
+            if not _in_group(entry, pgid):
+                continue
+            try:
+                if only_cmdline is not None and (entry / "cmdline").read_bytes() != only_cmdline:
+                    continue
                 os.kill(int(entry.name), signal.SIGKILL)
-        except (OSError, ValueError, IndexError):
-            continue
+                found += 1
+            except OSError:
+                continue
+        killed += found
+        if not found:
+            break
+    return killed
+
+
+def wait_group_empty(pgid: int, spare: int, timeout_s: float = 3.0) -> None:
+    """Until the killed members of a group are gone from /proc (reaped), so their process slots are free."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not any(_in_group(entry, pgid) for entry in Path("/proc").iterdir()
+                   if entry.name.isdigit() and int(entry.name) != spare):
+            return
+        time.sleep(0.02)
+
+
+def _in_group(entry: Path, pgid: int) -> bool:
+    try:
+        stat = (entry / "stat").read_text()
+        return int(stat[stat.rindex(")") + 2:].split()[2]) == pgid
+    except (OSError, ValueError, IndexError):
+        return False
 
 
 @dataclass(frozen=True)
@@ -123,7 +153,9 @@ class PythonSession:
     """A persistent Python worker process: state survives between `run` calls, crashes and timeouts do not
     take the agent down, and a fresh worker replaces a dead one."""
 
-    def __init__(self, workdir: Path, env: Mapping[str, str], timeout_s: float, max_chars: int):
+    def __init__(self, workdir: Path, env: Mapping[str, str], timeout_s: float, max_chars: int,
+                 containment: Containment | None = None):
+        self.containment = containment
         self.workdir = Path(workdir)
         self.env = dict(env)
         self.timeout_s = timeout_s
@@ -139,7 +171,8 @@ class PythonSession:
         request_read, request_write = os.pipe()
         response_read, response_write = os.pipe()
         env = dict(self.env, MINIAGI_WORKER_REQUEST_FD=str(request_read),
-                   MINIAGI_WORKER_RESPONSE_FD=str(response_write))
+                   MINIAGI_WORKER_RESPONSE_FD=str(response_write),
+                   MINIAGI_WORKER_LIMITS=json.dumps(self.containment.worker_settings() if self.containment else {}))
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.process = subprocess.Popen(
             [sys.executable, "-u", "-m", "miniagi.worker"], cwd=self.workdir, env=self._worker_env(env),
@@ -181,10 +214,14 @@ class PythonSession:
             return self._timed_out()
         if reply is None:
             return self._worker_died(restarted)
-        output = read_capped(self.output_path, self.max_chars)
         notes = [restarted] if restarted else []
+        forks = self._stop_worker_forks()
+        output = read_capped(self.output_path, self.max_chars)
         if reply["status"] == "interrupted":
             notes.append("The code was interrupted (KeyboardInterrupt).")
+        if forks:
+            notes.append(f"{forks} forked copies of the Python process were still running after the code ended "
+                         "and were stopped.")
         return ExecResult(output, note="\n".join(notes), ok=reply["status"] == "ok")
 
     def _wait_reply(self, timeout_s: float) -> dict | None:
@@ -202,6 +239,18 @@ class PythonSession:
             buffer += chunk
             if buffer.endswith(b"\n"):
                 return json.loads(buffer)
+
+    def _stop_worker_forks(self) -> int:
+        """Copies of the worker made by os.fork() that outlive the snippet (a fork bomb, a pool left open) would
+        share its pipes: stop them. Processes the snippet started with exec (a server via Popen) stay."""
+        try:
+            cmdline = Path(f"/proc/{self.process.pid}/cmdline").read_bytes()
+        except OSError:
+            return 0
+        killed = kill_group_members(self.process.pid, spare=self.process.pid, only_cmdline=cmdline)
+        if killed:
+            wait_group_empty(self.process.pid, spare=self.process.pid)
+        return killed
 
     def _timed_out(self) -> ExecResult:
         """Interrupt the snippet (state survives); anything it started is killed; a worker that ignores the
@@ -259,19 +308,24 @@ def shell_program() -> list[str]:
     return [bash, "-c"] if bash else ["/bin/sh", "-c"]
 
 
-def run_shell(command: str, workdir: Path, env: Mapping[str, str], timeout_s: float, max_chars: int) -> ExecResult:
+def run_shell(command: str, workdir: Path, env: Mapping[str, str], timeout_s: float, max_chars: int,
+              containment: Containment | None = None) -> ExecResult:
     """One shell command line: no stdin (interactive programs fail fast), output and exit code reported."""
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="miniagi-sh-") as scratch:
         output_path = Path(scratch) / "output"
         with open(output_path, "wb") as output:
-            process = subprocess.Popen([*shell_program(), command], cwd=workdir, env=dict(env),
+            program = shell_program()
+            prefix = containment.shell_prefix(program[0]) if containment else ""
+            process = subprocess.Popen([*program, prefix + command], cwd=workdir, env=dict(env),
                                        stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
                                        start_new_session=True)
             try:
                 code = process.wait(timeout=timeout_s or None)
                 note = f"exit code {code}" if code >= 0 else f"killed by signal {signal.Signals(-code).name}"
+                # background jobs end with the command (start long-lived servers from execute_python instead)
+                kill_process_group(process.pid)
             except subprocess.TimeoutExpired:
                 kill_process_group(process.pid)
                 process.wait()

@@ -1,37 +1,62 @@
-"""Noticing when the agent goes round in circles: the same action again and again, or the same failure."""
+"""Noticing when the agent goes round in circles.
+
+A step is *stale* when it brings nothing new: the same action with the same result as a recent step (a plain
+repeat, or an A-B-A-B alternation), or an error the agent has already met recently, whatever it did to get it.
+A run of stale steps is a loop: the agent is warned at WARN_AFTER (and the critic called, if enabled) and the run
+is stopped as stuck at STOP_AFTER.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from collections import deque
+from dataclasses import dataclass, field
 
-WARN_AFTER = 3  # identical steps in a row before the model is warned
-STOP_AFTER = 5  # identical steps in a row before the run is stopped as stuck
+WARN_AFTER = 3  # steps in the loop (the first occurrence included) before the model is warned
+STOP_AFTER = 5  # … before the run is stopped as stuck
+RECENT = 8  # how many recent steps count as "already seen"
+
+ERROR = re.compile(r"Traceback \(most recent call last\)|\b\w*Error\b|exit code [1-9]|command not found|"
+                   r"No such file|could not|cannot|failed|Timed out|Not run", re.I)
 
 
 def _key(text: str) -> str:
-    return " ".join(text.split())[:2000]
+    return " ".join(text.split())[:4000]
+
+
+def error_signature(observation: str) -> str | None:
+    """What an error is, apart from where it happened: a Python exception line, else the last line of output that
+    is not just an exit code. None when the observation reports no error."""
+    if not ERROR.search(observation):
+        return None
+    lines = [line.strip() for line in observation.splitlines() if line.strip()]
+    for line in reversed(lines):
+        if re.match(r"^[\w.]*(Error|Exception|Interrupt|Exit)\b", line):
+            return line
+    meaningful = [line for line in lines if not re.fullmatch(r"exit code \d+", line)]
+    return meaningful[-1] if meaningful else None
 
 
 @dataclass
 class LoopDetector:
-    last_action: str = ""
-    action_repeats: int = 0
-    last_observation: str = ""
-    observation_repeats: int = 0
+    recent: deque = field(default_factory=lambda: deque(maxlen=RECENT))  # (action, observation, error) keys
+    stale_run: int = 0
+    kind: str = ""  # what the current loop is made of, for the warning
 
     def observe(self, command: str, arg: str, observation: str) -> int:
-        """Record one step; returns how many times in a row the agent has now done or seen the same thing."""
-        action = f"{command}\0{_key(arg)}"
-        self.action_repeats = self.action_repeats + 1 if action == self.last_action else 1
-        self.last_action = action
-        seen = _key(observation)
-        self.observation_repeats = self.observation_repeats + 1 if seen == self.last_observation else 1
-        self.last_observation = seen
-        return max(self.action_repeats, self.observation_repeats)
+        """Record one step; returns the length of the current loop (1 when this step brought something new)."""
+        action, seen, error = f"{command}\0{_key(arg)}", _key(observation), error_signature(observation)
+        repeated_step = any(a == action and o == seen for a, o, _ in self.recent)
+        repeated_error = error is not None and any(e == error for _, _, e in self.recent)
+        self.recent.append((action, seen, error))
+        if repeated_step or repeated_error:
+            self.stale_run += 1
+            self.kind = "the same action with the same result" if repeated_step else "the same error"
+        else:
+            self.stale_run = 0
+        return self.stale_run + 1
 
-    def warning(self, repeats: int) -> str:
-        what = ("the same action" if self.action_repeats >= self.observation_repeats
-                else "actions that all produce the same result")
-        return (f"WARNING: you have repeated {what} {repeats} times in a row without progress. Do not repeat it "
-                f"again: step back, reconsider the approach, and try something different. The run is stopped "
-                f"after {STOP_AFTER} repeats.")
+    def warning(self, length: int) -> str:
+        return (f"WARNING: you are going round in circles — {self.kind} {length} times in the last steps, with no "
+                f"progress. Do not do it again: step back, question your assumptions, and try a different approach "
+                f"(or finish with what you have). The run is stopped after {STOP_AFTER} such steps.")

@@ -42,10 +42,24 @@ class RunRecord:
     def append(self, event: dict) -> None:
         if self._trace is None:
             self.dir.mkdir(parents=True, exist_ok=True)
-            self._trace = open(self.trace_path, "a", encoding="utf-8")
+            torn = self.trace_path.exists() and self.trace_path.stat().st_size and not self._ends_with_newline()
+            # unbuffered: each event goes to the OS at once (surviving SIGKILL), and a failed write (disk full)
+            # leaves nothing behind in a buffer to fail again later
+            self._trace = open(self.trace_path, "ab", buffering=0)
+            if torn:  # a line cut off by a crash or a full disk: end it, so the next event stands on its own
+                self._write(b"\n")
         line = self.redact(json.dumps(event, ensure_ascii=False, default=str))
-        self._trace.write(line + "\n")
-        self._trace.flush()  # in the OS's hands now: survives SIGKILL of this process
+        self._write(line.encode("utf-8") + b"\n")
+
+    def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[self._trace.write(view):]
+
+    def _ends_with_newline(self) -> bool:
+        with open(self.trace_path, "rb") as handle:
+            handle.seek(-1, os.SEEK_END)
+            return handle.read(1) == b"\n"
 
     def write_result(self, result: dict) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)

@@ -67,6 +67,9 @@ class Terminal:
         if not self.quiet:
             self.console.print(Text(_indent(_preview(text, OBSERVATION_PREVIEW_LINES)), style="dim"))
 
+    def critic(self, text: str) -> None:
+        self.say(Text(f"  critic: {_preview(text, 4)}", style="bold cyan"))
+
     def warn(self, text: str) -> None:
         self.say(Text(text, style="bold red"))
 

@@ -11,8 +11,60 @@ import ast
 import json
 import linecache
 import os
+import resource
+import signal
 import sys
 import traceback
+
+WORKER_PID = os.getpid()
+
+
+class CPUTimeExceeded(BaseException):
+    """The snippet used up its CPU time (RLIMIT_CPU): raised by the SIGXCPU handler."""
+
+
+def apply_limits(settings: dict) -> None:
+    """Lower this process's limits (children inherit them) and join the run's pids cgroup."""
+    if settings.get("cgroup_procs"):
+        try:
+            with open(settings["cgroup_procs"], "w") as procs:
+                procs.write(str(os.getpid()))
+        except OSError:
+            pass
+    for name, value in (("RLIMIT_DATA", settings.get("data_bytes")), ("RLIMIT_FSIZE", settings.get("file_bytes")),
+                        ("RLIMIT_CORE", 0), ("RLIMIT_NPROC", settings.get("nproc"))):
+        if value is None or not hasattr(resource, name):
+            continue
+        limit = getattr(resource, name)
+        hard = resource.getrlimit(limit)[1]
+        value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+        try:
+            resource.setrlimit(limit, (value, value))
+        except (ValueError, OSError):
+            pass
+    try:  # die with the agent, even if it is SIGKILLed (Linux)
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def on_cpu_limit(signum, frame):
+    raise CPUTimeExceeded
+
+
+def cpu_budget(seconds):
+    """Let the next snippet use `seconds` more CPU time (None: no limit)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+    soft = resource.RLIM_INFINITY if seconds is None else int(usage.ru_utime + usage.ru_stime + seconds) + 1
+    if hard != resource.RLIM_INFINITY:
+        soft = hard if soft == resource.RLIM_INFINITY else min(soft, hard)
+    try:
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+    except (ValueError, OSError):
+        pass
 
 
 def run_code(code: str, label: str, namespace: dict) -> tuple[str, str]:
@@ -41,16 +93,20 @@ def run_code(code: str, label: str, namespace: dict) -> tuple[str, str]:
     except KeyboardInterrupt:
         print("KeyboardInterrupt", file=sys.stderr)
         return "interrupted", ""
+    except CPUTimeExceeded:
+        print("CPU time limit reached: the snippet was stopped (the Python session keeps its state)", file=sys.stderr)
+        return "error", "CPUTimeExceeded"
     except BaseException as error:  # the user's exception is the observation, whatever it is
         tb = error.__traceback__.tb_next if error.__traceback__ else None  # drop this function's frame
         sys.stderr.write("".join(traceback.format_exception(type(error), error, tb)))
         return "error", type(error).__name__
 
 
-def serve(request_fd: int, response_fd: int) -> None:
+def serve(request_fd: int, response_fd: int, limits: dict) -> None:
     requests = os.fdopen(request_fd, "r", encoding="utf-8")
     responses = os.fdopen(response_fd, "w", encoding="utf-8")
     namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+    signal.signal(signal.SIGXCPU, on_cpu_limit)
     for line in requests:
         request = json.loads(line)
         out = os.open(request["output"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -58,9 +114,13 @@ def serve(request_fd: int, response_fd: int) -> None:
         os.dup2(out, 2)
         os.close(out)
         try:
+            cpu_budget(limits.get("cpu_s"))
             status, detail = run_code(request["code"], request["label"], namespace)
+            cpu_budget(None)
         except KeyboardInterrupt:  # arrived between statements of our own
             status, detail = "interrupted", ""
+        if os.getpid() != WORKER_PID:  # a process the snippet forked came back here: it must not answer
+            os._exit(0)
         sys.stdout.flush()
         sys.stderr.flush()
         responses.write(json.dumps({"status": status, "detail": detail}) + "\n")
@@ -69,4 +129,7 @@ def serve(request_fd: int, response_fd: int) -> None:
 
 if __name__ == "__main__":
     sys.argv = [""]
-    serve(int(os.environ.pop("MINIAGI_WORKER_REQUEST_FD")), int(os.environ.pop("MINIAGI_WORKER_RESPONSE_FD")))
+    worker_limits = json.loads(os.environ.pop("MINIAGI_WORKER_LIMITS", "{}"))
+    apply_limits(worker_limits)
+    serve(int(os.environ.pop("MINIAGI_WORKER_REQUEST_FD")), int(os.environ.pop("MINIAGI_WORKER_RESPONSE_FD")),
+          worker_limits)

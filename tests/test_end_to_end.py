@@ -119,7 +119,7 @@ def test_repeating_the_same_action_warns_then_exits_5(cli, llm, isolated):
     _, result, trace = load_run(isolated.home)
     assert result["status"] == "stuck" and result["steps"] == 5
     assert any(e["type"] == "loop_warning" for e in trace)
-    assert "WARNING: you have repeated" in llm.agent_requests()[3]["messages"][-1]["content"]
+    assert "WARNING: you are going round in circles" in llm.agent_requests()[3]["messages"][-1]["content"]
 
 
 def test_retries_after_429_and_500_then_succeeds(cli, llm, isolated):

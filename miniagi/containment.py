@@ -1,0 +1,154 @@
+"""Limits on the code the agent runs, so a fork bomb or a 50 GB allocation cannot take the machine down.
+
+Every execute_python worker and execute_shell command gets:
+- memory: RLIMIT_DATA (heap and anonymous mappings, not reserved address space, so runtimes that reserve large
+  virtual regions still start) — an allocation past it fails with MemoryError / ENOMEM;
+- file size: RLIMIT_FSIZE — a write past it fails with EFBIG;
+- CPU time: RLIMIT_CPU per snippet / command, on top of the wall-clock --exec-timeout;
+- number of processes: a cgroup `pids` limit when one can be made (always as root, where RLIMIT_NPROC is not
+  enforced), else RLIMIT_NPROC set to what the user already runs plus the allowance;
+- no core dumps, its own process group, the working directory as HOME, no secrets in the environment.
+
+This contains accidents and runaway code; it is not a security boundary against hostile code, which can still read
+and write whatever the user can. For that, run miniagi in a container (see the README).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+FILE_LIMIT_MB = 1024
+PROCESS_ALLOWANCE = 256
+
+
+@dataclass(frozen=True)
+class Limits:
+    memory_mb: int = 4096
+    file_mb: int = FILE_LIMIT_MB
+    processes: int = PROCESS_ALLOWANCE
+    cpu_s: float = 120.0
+
+    @property
+    def memory_bytes(self) -> int:
+        return self.memory_mb * 2**20
+
+    @property
+    def file_bytes(self) -> int:
+        return self.file_mb * 2**20
+
+
+def _user_process_count() -> int:
+    uid = os.getuid()
+    count = 0
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if entry.stat().st_uid == uid:
+                count += 1
+        except OSError:
+            continue
+    return count
+
+
+def _cgroup_roots() -> list[Path]:
+    """Where a pids cgroup of our own may be created: cgroup v1's pids hierarchy, or our own cgroup v2 node."""
+    roots = []
+    try:
+        mounts = Path("/proc/mounts").read_text().splitlines()
+        membership = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return roots
+    for line in mounts:
+        fields = line.split()
+        if len(fields) < 4:
+            continue
+        mount_point, kind, options = fields[1], fields[2], fields[3].split(",")
+        if kind == "cgroup" and "pids" in options:
+            own = next((m.split(":", 2)[2] for m in membership if ":pids:" in m), "/")
+            roots.append(Path(mount_point) / own.lstrip("/"))
+        elif kind == "cgroup2":
+            own = next((m.split(":", 2)[2] for m in membership if m.startswith("0::")), "/")
+            root = Path(mount_point) / own.lstrip("/")
+            if (root / "cgroup.subtree_control").exists() and "pids" in (
+                    (root / "cgroup.subtree_control").read_text()):
+                roots.append(root)
+    return roots
+
+
+class ProcessGroupCap:
+    """A pids cgroup for one run's executed code; None from `create` when the system will not give us one."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    @classmethod
+    def create(cls, processes: int) -> "ProcessGroupCap | None":
+        for root in _cgroup_roots():
+            path = root / f"miniagi-{os.getpid()}-{secrets.token_hex(3)}"
+            try:
+                path.mkdir()
+                (path / "pids.max").write_text(str(processes))
+                return cls(path)
+            except OSError:
+                try:
+                    path.rmdir()
+                except OSError:
+                    pass
+        return None
+
+    @property
+    def procs_file(self) -> str:
+        return str(self.path / "cgroup.procs")
+
+    def kill_all(self) -> None:
+        try:
+            pids = [int(p) for p in (self.path / "cgroup.procs").read_text().split()]
+        except OSError:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self.kill_all()
+        for _ in range(50):
+            try:
+                self.path.rmdir()
+                return
+            except OSError:
+                import time
+
+                time.sleep(0.02)
+
+
+class Containment:
+    """The limits of one run, applied to its Python worker (by the worker itself, see worker.py) and to each
+    shell command (by a `ulimit` prefix, so no code of ours runs between fork and exec)."""
+
+    def __init__(self, limits: Limits):
+        self.limits = limits
+        self.cap = ProcessGroupCap.create(limits.processes)
+        # RLIMIT_NPROC counts every process of the user; root ignores it (the cgroup covers root)
+        self.nproc = None if self.cap or os.getuid() == 0 else _user_process_count() + limits.processes
+
+    def worker_settings(self) -> dict:
+        return {"data_bytes": self.limits.memory_bytes, "file_bytes": self.limits.file_bytes,
+                "cpu_s": self.limits.cpu_s, "nproc": self.nproc,
+                "cgroup_procs": self.cap.procs_file if self.cap else None}
+
+    def shell_prefix(self, shell: str) -> str:
+        """Lines run before the command: join the cgroup, then lower the limits (soft and hard)."""
+        block = 512 if not shell.endswith("bash") else 1024  # POSIX sh counts ulimit -f in 512-byte blocks
+        limits = [f"-d {self.limits.memory_bytes // 1024}", f"-f {self.limits.file_bytes // block}", "-c 0",
+                  f"-t {int(self.limits.cpu_s) + 1}"] + ([f"-u {self.nproc}"] if self.nproc else [])
+        join = f"echo $$ > {self.cap.procs_file} 2>/dev/null; " if self.cap else ""
+        return join + "; ".join(f"ulimit {limit} 2>/dev/null" for limit in limits) + "\n"
+
+    def close(self) -> None:
+        if self.cap:
+            self.cap.close()
