@@ -46,7 +46,9 @@ def cli(llm, isolated):
     """Run `python -m miniagi ARGS` in a real subprocess against the fake endpoint."""
 
     def run(*args, env: dict | None = None, timeout: float = 90, **kwargs) -> subprocess.CompletedProcess:
-        full_env = dict(os.environ, OPENAI_BASE_URL=llm.url, OPENAI_API_KEY="sk-test-key-123456")
+        # vector memory costs ~1 s of start-up per process; tests about memory turn it on (MEMORY_ON)
+        full_env = dict(os.environ, OPENAI_BASE_URL=llm.url, OPENAI_API_KEY="sk-test-key-123456",
+                        MINIAGI_MEMORY_SCOPE="off")
         full_env.update(env or {})
         full_env = {k: v for k, v in full_env.items() if v is not None}
         return subprocess.run([sys.executable, "-m", "miniagi", *args], cwd=kwargs.pop("cwd", isolated.work),
@@ -54,6 +56,9 @@ def cli(llm, isolated):
                               stdin=subprocess.DEVNULL, **kwargs)
 
     return run
+
+
+MEMORY_ON = {"MINIAGI_MEMORY_SCOPE": "global"}
 
 
 def run_dirs(home: Path) -> list[Path]:

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from .conftest import act, run_dirs
+from .conftest import MEMORY_ON, act, run_dirs
 from .fake_llm import Fail, Hang
 
 
@@ -218,12 +218,14 @@ def test_secrets_are_invisible_to_code_and_absent_from_run_files(cli, llm, isola
             act("execute_shell", "env; cat .env"),
             act("execute_python", "print(open('.env').read())"),
             act("done", "checked"))
-    proc = cli("-y", "look around", env=secrets)
+    proc = cli("-y", "look around", env={**secrets, **MEMORY_ON})
     assert proc.returncode == 0, proc.stderr
     directory, _, trace = load_run(isolated.home)
     seen = observations(trace)
     assert "PATH" in seen[1] and "[REDACTED]" in seen[2]
-    everything = "".join(path.read_text() for path in directory.rglob("*") if path.is_file())
+    # every file of the run and of the persistent memory (chromadb's sqlite included)
+    everything = "".join(path.read_bytes().decode("utf-8", "replace") for path in isolated.home.rglob("*")
+                         if path.is_file())
     everything += json.dumps(llm.requests) + proc.stdout + proc.stderr
     for value in [*secrets.values(), "sk_live_dotenvsecret99"]:
         assert value not in everything

@@ -14,7 +14,7 @@ from memory.tokens import counter_for
 from miniagi import Agent, OpenAIModel, Settings
 from miniagi.config import Endpoint
 
-from .conftest import act, run_dirs
+from .conftest import MEMORY_ON, act, run_dirs
 
 COUNTER = counter_for("gpt-4o-mini")
 EMBEDDER = MiniLMEmbedder()
@@ -120,9 +120,9 @@ def test_a_fact_learned_in_one_run_is_recalled_by_the_next_in_a_new_process(cli,
     llm.add(act("execute_python", "print('The office wifi network is called Nebula and its passphrase is "
                                   "sunflower-42.')"),
             act("done", "Found the wifi details."))
-    assert cli("-y", "Find out the office wifi details").returncode == 0
+    assert cli("-y", "Find out the office wifi details", env=MEMORY_ON).returncode == 0
     llm.add(act("done", "It is sunflower-42."))
-    proc = cli("-y", "How do I join the office wifi?")
+    proc = cli("-y", "How do I join the office wifi?", env=MEMORY_ON)
     assert proc.returncode == 0, proc.stderr
     first_prompt = json.dumps(llm.agent_requests()[-1]["messages"])
     assert "RELEVANT MEMORIES" in first_prompt and "sunflower-42" in first_prompt
@@ -137,7 +137,8 @@ def test_a_fact_learned_in_one_run_is_recalled_by_the_next_in_a_new_process(cli,
 
 def test_embeddings_can_come_from_the_endpoint(cli, llm, isolated):
     llm.add(act("memorize_thoughts", "The deploy key lives in the blue vault."), act("done", "ok"))
-    assert cli("-y", "--embedding-model", "text-embedding-3-small", "Where is the deploy key?").returncode == 0
+    assert cli("-y", "--embedding-model", "text-embedding-3-small", "Where is the deploy key?",
+               env=MEMORY_ON).returncode == 0
     assert llm.embedding_requests and llm.embedding_requests[0]["model"] == "text-embedding-3-small"
     found = cli("memory", "search", "blue vault", "--json", "--embedding-model", "text-embedding-3-small")
     assert any("blue vault" in hit["text"] for hit in json.loads(found.stdout))
@@ -147,7 +148,7 @@ def test_embeddings_can_come_from_the_endpoint(cli, llm, isolated):
 
 def test_run_scope_keeps_other_runs_out(cli, llm, isolated):
     llm.add(act("execute_python", "print('The staging database host is db-stage-17.')"), act("done", "ok"))
-    assert cli("-y", "Find the staging database host").returncode == 0
+    assert cli("-y", "Find the staging database host", env=MEMORY_ON).returncode == 0
     llm.add(act("done", "unknown"))
     assert cli("-y", "--memory-scope", "run", "Which host runs the staging database?").returncode == 0
     assert "db-stage-17" not in json.dumps(llm.agent_requests()[-1]["messages"])
