@@ -239,7 +239,8 @@ class Agent:
         self.alerts: list[str] = []
 
     # --- starting and resuming -------------------------------------------------------------------------------
-    def run(self, objective: str) -> RunResult:
+    def run(self, objective: str, origin: dict | None = None) -> RunResult:
+        """Work on an objective until done or stopped. `origin` is recorded with the run (e.g. what it replays)."""
         objective = objective.strip()
         if not objective:
             raise ConfigError("the objective is empty: say what the agent should do")
@@ -248,7 +249,7 @@ class Agent:
         record = self.store.create()
         state = RunState(objective=objective)
         record.append({"type": "run_start", "step": 0, "time": state.started_at, "run_id": record.run_id,
-                       "objective": objective, "settings": self.settings.to_dict()})
+                       "objective": objective, "settings": self.settings.to_dict(), **(origin or {})})
         return self._drive(record, state)
 
     def resume(self, run_id: str) -> RunResult:
@@ -483,7 +484,7 @@ class Agent:
 
     def _ask(self, role: str, messages: list[dict], step: int) -> Completion:
         model = self.settings.model_for(role)
-        completion = self.model.complete(messages, model=model)
+        completion = self.model.complete(messages, model=model, role=role)
         self.state.count_call(completion)
         event = {"type": "llm_call", "step": step, "role": role, "model": model, "response": completion.text,
                  "prompt_tokens": completion.prompt_tokens, "completion_tokens": completion.completion_tokens,

@@ -17,10 +17,12 @@ COMMAND_HELP = {
     "runs": "list runs, newest first",
     "show": "show a run step by step",
     "memory": "inspect the persistent memory: search \"QUERY\" | stats | clear",
+    "batch": "run the objectives of a file unattended, in parallel",
+    "replay": "re-drive a recorded run with its recorded model replies: no model calls",
 }
 
 
-def _add_run_options(parser: argparse.ArgumentParser) -> None:
+def _add_run_options(parser: argparse.ArgumentParser, with_json: bool = True) -> None:
     group = parser.add_argument_group("options (each also an environment variable; flag > env > ./.env > default)")
     for option in OPTIONS:
         env = ", ".join(option.env_names)
@@ -35,7 +37,8 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         else:
             group.add_argument(option.flag, dest=option.name, metavar=option.metavar, default=None,
                                help=f"{option.help} [{env}]")
-    parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    if with_json:
+        parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -68,7 +71,32 @@ def build_parser() -> argparse.ArgumentParser:
     show = commands.add_parser("show", help=COMMAND_HELP["show"], description=COMMAND_HELP["show"])
     show.add_argument("run_id", help="the run's id (or an unambiguous prefix of it)")
     show.add_argument("--raw", action="store_true", help="also print the raw model responses")
+    show.add_argument("--json", action="store_true", help="print the result and every trace event as JSON")
     show.add_argument("--home", default=None, help="where runs live [MINIAGI_HOME]")
+
+    batch = commands.add_parser("batch", help=COMMAND_HELP["batch"], description=COMMAND_HELP["batch"] + ". FILE is "
+                                "a .txt (one objective per line) or a .jsonl ({\"id\", \"objective\", and run "
+                                "options by their long names with underscores}). Running the same command again "
+                                "skips the objectives already done and retries the rest. Exit 0 when every objective "
+                                "ended done, else 3.")
+    batch.add_argument("file", help="the objectives: .txt or .jsonl")
+    batch.add_argument("--workers", type=int, default=2, help="objectives run at once (default 2)")
+    batch.add_argument("--out", default=None, help="where results.jsonl and logs/ go (default: FILE's name + "
+                       "-results)")
+    batch.add_argument("--max-batch-cost", type=float, default=None, metavar="USD",
+                       help="start no new objective once the batch has spent this much")
+    batch.add_argument("--timeout", type=float, default=None, metavar="S", help="stop an objective after S seconds")
+    _add_run_options(batch, with_json=False)
+
+    replay = commands.add_parser("replay", help=COMMAND_HELP["replay"], description=COMMAND_HELP["replay"] + ", "
+                                 "commands executed again; reports the first step whose observation differs from "
+                                 "the recording. Exit 0 when the replay reproduces the run, 1 when it differs.")
+    replay.add_argument("source", help="a run id, or the path of a trace.jsonl")
+    replay.add_argument("-y", "--yes", dest="yes", action="store_const", const=True, default=None,
+                        help="run commands without asking for approval")
+    replay.add_argument("--workdir", default=None, help="run the commands here instead of the recorded workdir")
+    replay.add_argument("--home", default=None, help="where runs live [MINIAGI_HOME]")
+    replay.add_argument("--json", action="store_true", help="print the report as one JSON object")
 
     memory = commands.add_parser("memory", help=COMMAND_HELP["memory"], description=COMMAND_HELP["memory"])
     memory.add_argument("action", choices=("search", "stats", "clear"))
@@ -125,8 +153,49 @@ def cmd_runs(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     from .report import print_run
 
-    print_run(_store(args).open(args.run_id), raw=args.raw)
+    print_run(_store(args).open(args.run_id), raw=args.raw, as_json=args.json)
     return 0
+
+
+def cmd_batch(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .batch import Batch, read_objectives
+
+    path = Path(args.file)
+    objectives = read_objectives(path)
+    if args.workers < 1:
+        raise ConfigError("--workers must be at least 1")
+    options = {name: value for name, value in _flags(args).items() if value is not None}
+    resolve_settings(options)  # a bad option fails here, once, not in every worker
+    out = Path(args.out) if args.out else path.with_name(path.stem + "-results")
+    batch = Batch(objectives, out, workers=args.workers, options=options, max_batch_cost=args.max_batch_cost,
+                  timeout_s=args.timeout)
+    return batch.run()
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from .replay import replay
+    from .ui import Terminal
+
+    settings = resolve_settings({"home": args.home})
+    ui = Terminal(interactive=sys.stdin is not None and sys.stdin.isatty() and not args.yes)
+    report = replay(args.source, settings, {"yes": args.yes, "workdir": args.workdir}, ui=ui)
+    if args.json:
+        print(json.dumps(report.to_dict(), ensure_ascii=False))
+    else:
+        print(f"replayed run {report.original} as run {report.replay_run}: {report.steps} steps, "
+              f"{report.replayed_responses} recorded responses, {report.model_calls} model calls")
+        if report.reproduced:
+            print(f"reproduced: every observation matches the recording (status {report.status})")
+        elif report.first_difference:
+            first = report.first_difference
+            print(f"first difference at step {first['step']} ({first['command']}), "
+                  f"{len(report.differences)} differing steps in all")
+            print(f"--- recorded:\n{first['recorded']}\n--- replayed:\n{first['replayed']}")
+        else:
+            print(f"the run ended {report.status}; the recording ended {report.recorded_status}")
+    return 0 if report.reproduced else 1
 
 
 def cmd_memory(args: argparse.Namespace) -> int:
@@ -156,7 +225,8 @@ def _store(args: argparse.Namespace):
     return RunStore(resolve_settings({"home": args.home}).home_path)
 
 
-HANDLERS = {"run": cmd_run, "resume": cmd_resume, "runs": cmd_runs, "show": cmd_show, "memory": cmd_memory}
+HANDLERS = {"run": cmd_run, "resume": cmd_resume, "runs": cmd_runs, "show": cmd_show, "memory": cmd_memory,
+            "batch": cmd_batch, "replay": cmd_replay}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,7 +29,8 @@ class Completion:
 
 
 class Model(Protocol):
-    def complete(self, messages: list[Message], *, model: str) -> Completion: ...
+    def complete(self, messages: list[Message], *, model: str, role: str = "agent") -> Completion:
+        """One chat completion; `role` (agent | summarizer | critic) says who is asking."""
 
 
 class ModelUnavailable(Exception):
@@ -138,7 +139,7 @@ class OpenAIModel:
             raise ConfigError(f"cannot reach the model endpoint {url.geturl()} ({reason}): set OPENAI_BASE_URL to a "
                               f"running OpenAI-compatible server, or check the network") from None
 
-    def complete(self, messages: list[Message], *, model: str) -> Completion:
+    def complete(self, messages: list[Message], *, model: str, role: str = "agent") -> Completion:
         import openai
 
         where = self.endpoint.base_url or "the OpenAI API"
@@ -239,7 +240,7 @@ class ScriptedModel:
         self.prices = prices or PriceTable()
         self.calls: list[list[Message]] = []
 
-    def complete(self, messages: list[Message], *, model: str) -> Completion:
+    def complete(self, messages: list[Message], *, model: str, role: str = "agent") -> Completion:
         from memory.tokens import counter_for
 
         if len(self.calls) >= len(self.replies):

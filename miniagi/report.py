@@ -34,10 +34,13 @@ def print_runs(store: RunStore, status: str | None = None, as_json: bool = False
     console.print(table)
 
 
-def print_run(record: RunRecord, raw: bool = False) -> None:
+def print_run(record: RunRecord, raw: bool = False, as_json: bool = False) -> None:
     """Step by step: thought, command, argument, observation, and each step's tokens and cost."""
-    console = Console(highlight=False)
     result = record.read_result()
+    if as_json:
+        print(json.dumps({"result": result, "events": list(record.events())}, ensure_ascii=False))
+        return
+    console = Console(highlight=False)
     usage: dict[int, list[float]] = {}
     for event in record.events():
         kind, step = event.get("type"), event.get("step", 0)

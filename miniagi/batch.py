@@ -1,0 +1,271 @@
+"""`miniagi batch FILE`: many objectives, unattended, in parallel worker processes.
+
+Each objective is its own `miniagi run` process (its own process group), so one objective's crash, hang or limit
+never touches another. DIR/results.jsonl gets a line per objective as each finishes; running the same command
+again skips the objectives whose latest result is `done` and retries the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from .config import OPTIONS_BY_NAME, ConfigError, Settings
+from .runs import now_iso
+
+
+@dataclass(frozen=True)
+class Objective:
+    id: str
+    objective: str
+    overrides: dict = field(default_factory=dict)
+
+
+def read_objectives(path: Path) -> list[Objective]:
+    """A .txt file (one objective per line; blank lines and # comments skipped; the id is the line number) or a
+    .jsonl file ({"id": …, "objective": …, and run options by their long names with underscores})."""
+    if not path.is_file():
+        raise ConfigError(f"no such file: {path}")
+    suffix = path.suffix.lower()
+    if suffix not in (".txt", ".jsonl"):
+        raise ConfigError(f"{path}: a batch file is .txt (one objective per line) or .jsonl")
+    objectives: list[Objective] = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        text = line.strip()
+        if not text or (suffix == ".txt" and text.startswith("#")):
+            continue
+        if suffix == ".txt":
+            objectives.append(Objective(str(number), text))
+            continue
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise ConfigError(f"{path}:{number}: not JSON ({exc})") from None
+        if not isinstance(data, dict) or not str(data.get("objective") or "").strip():
+            raise ConfigError(f"{path}:{number}: each line needs an \"objective\"")
+        overrides = {k: v for k, v in data.items() if k not in ("id", "objective")}
+        unknown = [k for k in overrides if k not in OPTIONS_BY_NAME]
+        if unknown:
+            raise ConfigError(f"{path}:{number}: unknown option {unknown[0]!r} (options are the long names of "
+                              f"`miniagi run`, with underscores: {', '.join(OPTIONS_BY_NAME)})")
+        try:
+            Settings().with_overrides(overrides)
+        except ConfigError as exc:
+            raise ConfigError(f"{path}:{number}: {exc}") from None
+        objectives.append(Objective(str(data.get("id", number)), data["objective"].strip(), overrides))
+    ids = [o.id for o in objectives]
+    duplicate = next((i for i in ids if ids.count(i) > 1), None)
+    if duplicate is not None:
+        raise ConfigError(f"{path}: the id {duplicate!r} is used more than once")
+    if not objectives:
+        raise ConfigError(f"{path} holds no objectives")
+    return objectives
+
+
+def latest_results(results_path: Path) -> dict[str, dict]:
+    latest: dict[str, dict] = {}
+    if results_path.is_file():
+        for line in results_path.read_text(encoding="utf-8").splitlines():
+            try:
+                record = json.loads(line)
+                latest[str(record["id"])] = record
+            except (ValueError, KeyError, TypeError):
+                continue  # a line torn by a crash
+    return latest
+
+
+def _env_value(value) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
+class Batch:
+    def __init__(self, objectives: list[Objective], out: Path, *, workers: int, options: dict,
+                 max_batch_cost: float | None, timeout_s: float | None, console: Console | None = None):
+        self.objectives = objectives
+        self.out = out
+        self.results_path = out / "results.jsonl"
+        self.logs = out / "logs"
+        self.workers = max(1, workers)
+        self.options = options  # run options given to `miniagi batch`, under each objective's own
+        self.max_batch_cost = max_batch_cost
+        self.timeout_s = timeout_s
+        self.console = console or Console(stderr=True, highlight=False)
+        self.lock = threading.Lock()
+        self.running: dict[str, subprocess.Popen] = {}
+        self.finished: dict[str, dict] = {}
+        self.spent = 0.0
+        self.stopping = False
+
+    # --- one objective --------------------------------------------------------------------------------------------
+    def _environment(self, objective: Objective) -> dict[str, str]:
+        env = dict(os.environ)
+        for name, value in {**self.options, **objective.overrides}.items():
+            if value is not None:
+                env[OPTIONS_BY_NAME[name].env] = _env_value(value)
+        env["MINIAGI_UNATTENDED"] = "true"  # batch runs never wait for a person
+        return env
+
+    def _run_one(self, objective: Objective) -> dict:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        log_path = self.logs / f"{_safe(objective.id)}.log"
+        with open(log_path, "w", encoding="utf-8") as log:
+            process = subprocess.Popen([sys.executable, "-m", "miniagi", "run", "--json", "--", objective.objective],
+                                       env=self._environment(objective), stdin=subprocess.DEVNULL,
+                                       stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True)
+            with self.lock:
+                self.running[objective.id] = process
+            try:
+                stdout, _ = process.communicate(timeout=self.timeout_s)
+                timed_out = False
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGINT)  # let it save its state, then insist
+                try:
+                    stdout, _ = process.communicate(timeout=15)
+                except subprocess.TimeoutExpired:
+                    os.killpg(process.pid, signal.SIGKILL)
+                    stdout, _ = process.communicate()
+                timed_out = True
+            finally:
+                with self.lock:
+                    self.running.pop(objective.id, None)
+        summary = _last_json(stdout)
+        message = ""
+        if timed_out:
+            message = f"stopped after the batch's --timeout of {self.timeout_s:g} s"
+        elif not summary:
+            message = f"the run ended without a result (exit {process.returncode}); see {log_path}"
+        record = {"id": objective.id, "objective": objective.objective,
+                  "status": "error" if timed_out else summary.get("status", "error"),
+                  "answer": summary.get("answer"), "run_id": summary.get("run_id"),
+                  "steps": summary.get("steps", 0), "cost_usd": summary.get("cost_usd", 0.0),
+                  "exit_code": process.returncode, "message": message or summary.get("message", ""),
+                  "finished_at": now_iso()}
+        self._record(record)
+        return record
+
+    def _record(self, record: dict) -> None:
+        with self.lock:
+            self.out.mkdir(parents=True, exist_ok=True)
+            with open(self.results_path, "a", encoding="utf-8") as results:
+                results.write(json.dumps(record, ensure_ascii=False) + "\n")
+            self.finished[record["id"]] = record
+            self.spent += record.get("cost_usd") or 0.0
+        style = "green" if record["status"] == "done" else "red"
+        self.console.print(Text.assemble((f"{record['id']} ", "bold"), (record["status"], style),
+                                         (f"  {record['steps']} steps · ${record['cost_usd'] or 0:.4f}  ", "dim"),
+                                         _preview(record.get("answer") or record.get("message") or "")))
+
+    # --- the batch ------------------------------------------------------------------------------------------------
+    def run(self) -> int:
+        previous = latest_results(self.results_path)
+        todo = [o for o in self.objectives if not (previous.get(o.id, {}).get("status") == "done"
+                                                  and previous[o.id].get("objective") == o.objective)]
+        skipped = len(self.objectives) - len(todo)
+        self.console.print(f"[bold]batch[/] {len(self.objectives)} objectives · {skipped} already done · "
+                           f"{len(todo)} to run on {self.workers} workers · results in {self.results_path}")
+        not_started: list[Objective] = []
+        interrupted = False
+        pending: set[Future] = set()
+        queue = list(todo)
+        live = self.console.status("") if self.console.is_terminal else None  # a spinner with the counts
+        if live:
+            live.start()
+        try:
+            with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="objective") as pool:
+                try:
+                    while queue or pending:
+                        while queue and len(pending) < self.workers and not self.stopping:
+                            if self.max_batch_cost is not None and self.spent >= self.max_batch_cost:
+                                self.console.print(f"[yellow]batch cost cap ${self.max_batch_cost:g} reached "
+                                                   f"(${self.spent:.4f} spent): no new objectives are started[/]")
+                                not_started, queue = queue, []
+                                break
+                            pending.add(pool.submit(self._run_one, queue.pop(0)))
+                        if not pending:
+                            break
+                        if live:
+                            live.update(self._progress_line(len(todo)))
+                        done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+                        for future in done:
+                            future.result()
+                except KeyboardInterrupt:  # inside the pool, so its shutdown does not wait for the objectives
+                    interrupted = self.stopping = True
+                    self.console.print("[yellow]interrupted: stopping the running objectives (their state is "
+                                       "saved)…[/]")
+                    self._interrupt_running()
+                    wait(pending, timeout=60)
+        finally:
+            if live:
+                live.stop()
+        latest = {**previous, **self.finished}
+        self._summary(latest, not_started)
+        if interrupted:
+            return 130
+        all_done = all(latest.get(o.id, {}).get("status") == "done" for o in self.objectives)
+        return 0 if all_done else 3
+
+    def _interrupt_running(self) -> None:
+        with self.lock:
+            processes = list(self.running.values())
+        for process in processes:
+            try:
+                os.killpg(process.pid, signal.SIGINT)
+            except OSError:
+                pass
+
+    def _progress_line(self, total: int) -> str:
+        with self.lock:
+            finished = list(self.finished.values())
+            running = len(self.running)
+        done = sum(r["status"] == "done" for r in finished)
+        return (f"{done} done · {running} running · {len(finished) - done} not done · "
+                f"{total - len(finished) - running} waiting · ${self.spent:.4f}")
+
+    def _summary(self, latest: dict[str, dict], not_started: list[Objective]) -> None:
+        table = Table(title="batch summary", box=None, header_style="bold")
+        for column in ("id", "status", "steps", "cost", "answer / message"):
+            table.add_column(column, overflow="ellipsis", no_wrap=column != "answer / message")
+        skipped = {o.id for o in not_started}
+        for objective in self.objectives:
+            record = latest.get(objective.id)
+            if objective.id in skipped or record is None:
+                table.add_row(objective.id, Text("not started", style="yellow"), "", "", "")
+                continue
+            table.add_row(objective.id, Text(record["status"], style="green" if record["status"] == "done" else "red"),
+                          str(record.get("steps", 0)), f"${record.get('cost_usd') or 0:.4f}",
+                          _preview(record.get("answer") or record.get("message") or ""))
+        self.console.print(table)
+        done = sum(1 for o in self.objectives if latest.get(o.id, {}).get("status") == "done")
+        self.console.print(f"{done}/{len(self.objectives)} done · ${self.spent:.4f} spent in this batch · "
+                           f"results: {self.results_path}")
+
+
+def _preview(text: str, width: int = 100) -> str:
+    flat = " ".join(str(text).split())
+    return flat[:width] + ("…" if len(flat) > width else "")
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:80] or "objective"
+
+
+def _last_json(stdout: str) -> dict:
+    for line in reversed((stdout or "").strip().splitlines()):
+        try:
+            value = json.loads(line)
+            if isinstance(value, dict):
+                return value
+        except ValueError:
+            continue
+    return {}

@@ -1,0 +1,142 @@
+"""`miniagi replay`: drive the real loop with a run's recorded model responses — no model calls — executing the
+commands again, and report the first step whose observation differs from the recording."""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .config import ConfigError, Settings
+from .model import Completion, ScriptExhausted
+from .runs import RunRecord, RunStore
+
+
+class ReplayModel:
+    """Answers each role's calls with that role's recorded responses, in order; never touches the network."""
+
+    def __init__(self, responses: dict[str, list[str]]):
+        self.queues = {role: deque(texts) for role, texts in responses.items()}
+        self.calls = 0
+
+    def complete(self, messages: list[dict], *, model: str, role: str = "agent") -> Completion:
+        from memory.tokens import counter_for
+
+        queue = self.queues.get(role)
+        if not queue:
+            if role == "agent":
+                raise ScriptExhausted("the recording has no more agent responses: the replay went further than "
+                                      "the recorded run")
+            text = f"(replay: no recorded {role} response)"  # only the agent's replies steer the run
+        else:
+            text = queue.popleft()
+        self.calls += 1
+        counter = counter_for(model)
+        return Completion(text=text, model=model, prompt_tokens=sum(counter.count(m["content"]) for m in messages),
+                          completion_tokens=counter.count(text), cost_usd=0.0, latency_s=0.0)
+
+
+@dataclass
+class Recording:
+    run_id: str
+    objective: str
+    settings: dict
+    responses: dict[str, list[str]]
+    observations: dict[int, str]  # step → what the step produced (an observation or a format error)
+    commands: dict[int, str]
+    status: str | None
+
+    @classmethod
+    def from_events(cls, events: list[dict], name: str) -> "Recording":
+        start = next((e for e in events if e.get("type") == "run_start"), None)
+        if start is None:
+            raise ConfigError(f"{name} holds no run_start event: it is not a miniagi trace")
+        agent_calls: dict[int, str] = {}  # a step cut off and taken again keeps its last reply
+        others: dict[str, list[str]] = {}
+        observations, commands, status = {}, {}, None
+        for event in events:
+            kind = event.get("type")
+            if kind == "llm_call" and event.get("role", "agent") == "agent":
+                agent_calls[event["step"]] = event.get("response", "")
+            elif kind == "llm_call":
+                others.setdefault(event["role"], []).append(event.get("response", ""))
+            elif kind == "observation":
+                observations[event["step"]] = event.get("text", "")
+            elif kind == "format_error":
+                observations[event["step"]] = event.get("error", "")
+            elif kind == "action":
+                commands[event["step"]] = event.get("command", "")
+            elif kind == "run_end":
+                status = event.get("status")
+        return cls(run_id=start.get("run_id") or name, objective=start["objective"],
+                   settings=start.get("settings") or {},
+                   responses={"agent": [agent_calls[step] for step in sorted(agent_calls)], **others},
+                   observations=observations, commands=commands, status=status)
+
+
+def load_recording(source: str, store: RunStore) -> Recording:
+    path = Path(source).expanduser()
+    if path.is_file():
+        events = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                events.append(json.loads(line))
+            except ValueError:
+                continue
+        return Recording.from_events(events, str(path))
+    record: RunRecord = store.open(source)
+    return Recording.from_events(list(record.events()), record.run_id)
+
+
+@dataclass
+class ReplayReport:
+    original: str
+    replay_run: str
+    status: str
+    recorded_status: str | None
+    steps: int
+    model_calls: int = 0  # calls that reached a model endpoint: always 0
+    replayed_responses: int = 0
+    first_difference: dict | None = None
+    differences: list[int] = field(default_factory=list)
+
+    @property
+    def reproduced(self) -> bool:
+        return not self.differences and self.status == self.recorded_status
+
+    def to_dict(self) -> dict:
+        return {"original": self.original, "replay_run": self.replay_run, "reproduced": self.reproduced,
+                "status": self.status, "recorded_status": self.recorded_status, "steps": self.steps,
+                "model_calls": self.model_calls, "replayed_responses": self.replayed_responses,
+                "differing_steps": self.differences, "first_difference": self.first_difference}
+
+
+def compare(recording: Recording, replayed: Recording) -> tuple[list[int], dict | None]:
+    steps = sorted(set(recording.observations) | set(replayed.observations))
+    differing = [s for s in steps if recording.observations.get(s) != replayed.observations.get(s)]
+    if not differing:
+        return [], None
+    step = differing[0]
+    return differing, {"step": step, "command": recording.commands.get(step) or replayed.commands.get(step, ""),
+                       "recorded": recording.observations.get(step), "replayed": replayed.observations.get(step)}
+
+
+def replay(source: str, settings: Settings, overrides: dict, ui=None) -> ReplayReport:
+    """Replay a run (by id or trace file) under `settings`' home; `overrides` change the recorded settings."""
+    from .agent import Agent
+
+    store = RunStore(settings.home_path)
+    recording = load_recording(source, store)
+    replay_settings = Settings.from_dict(recording.settings).with_overrides(
+        {**{k: v for k, v in overrides.items() if v is not None}, "home": str(settings.home_path)})
+    if not overrides.get("workdir") and not replay_settings.workdir_path.is_dir():
+        # a trace from another machine: its workdir is not here, so the commands run in the current directory
+        replay_settings = replay_settings.with_overrides({"workdir": str(Path.cwd())})
+    model = ReplayModel(recording.responses)
+    result = Agent(replay_settings, model=model, ui=ui).run(recording.objective, origin={"replay_of": recording.run_id})
+    replayed = Recording.from_events(list(store.open(result.run_id).events()), result.run_id)
+    differing, first = compare(recording, replayed)
+    return ReplayReport(original=recording.run_id, replay_run=result.run_id, status=result.status,
+                        recorded_status=recording.status, steps=result.steps, replayed_responses=model.calls,
+                        first_difference=first, differences=differing)
