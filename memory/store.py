@@ -7,6 +7,9 @@ chromadb the vectors, so chromadb never loads or downloads an embedding model of
 
 from __future__ import annotations
 
+import os
+import queue
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +18,10 @@ from typing import TYPE_CHECKING, Iterable
 if TYPE_CHECKING:
     from .embeddings import Embedder
 
-KINDS = ("step", "note", "objective", "answer", "document")
+KEY_CHARS = 240  # what is embedded of a key or a query (~60 tokens): the cost grows with length, meaning hardly
+WRITE_BATCH = 16
+WRITE_LINGER_S = 1.0  # the writer waits this long for a batch to fill: a chromadb write costs ~15 ms however small
+WRITE_QUEUE = 64  # items waiting for the writer before add_later waits (back-pressure)
 
 
 @dataclass(frozen=True)
@@ -26,6 +32,12 @@ class MemoryItem:
     kind: str
     step: int = 0
     source: str = ""
+    key: str = ""  # the text to embed, when not the start of `text`
+
+    @property
+    def embed_text(self) -> str:
+        """A key is cut to KEY_CHARS; a text without one (a document part, sized for the model) is embedded whole."""
+        return self.key[:KEY_CHARS] if self.key else self.text
 
     def metadata(self) -> dict:
         data = {"run": self.run, "kind": self.kind, "step": self.step, "time": time.time()}
@@ -55,15 +67,28 @@ class Hit:
 
 
 class VectorMemory:
-    """chromadb opened on first use: runs and commands that never touch memory do not pay for it."""
+    """chromadb opened on first use: runs and commands that never touch memory do not pay for it.
+
+    `add` stores at once; `add_later` hands items to a background writer that embeds and stores them in batches
+    (one chromadb write costs ~15 ms however few items it holds), so the agent's step does not wait for it."""
 
     def __init__(self, path: Path, embedder: "Embedder"):
         self.path = Path(path)
         self.embedder = embedder
         self._collection = None
+        self._open_lock = threading.Lock()
+        self._queue: queue.Queue = queue.Queue(maxsize=WRITE_QUEUE)
+        self._writer: threading.Thread | None = None
+        self._writer_error: BaseException | None = None
+        self._flushing = threading.Event()
+        self._vectors: dict[str, object] = {}  # query text → vector, for queries asked again and again
 
     @property
     def collection(self):
+        with self._open_lock:
+            return self._open()
+
+    def _open(self):
         if self._collection is None:
             import chromadb
 
@@ -76,28 +101,114 @@ class VectorMemory:
                 configuration={"hnsw": {"space": "cosine"}})
         return self._collection
 
+    def embed_one(self, text: str):
+        """The vector of a key or query (cut to KEY_CHARS)."""
+        return self.embedder.embed([text[:KEY_CHARS]])[0]
+
+    def add_later(self, items: Iterable[MemoryItem], vectors: list | None = None) -> None:
+        """Queue items (with their vectors, when already known) for the background writer; raises the writer's
+        error, if it met one."""
+        if self._writer_error is not None:
+            raise self._writer_error
+        if self._writer is None:
+            self._writer = threading.Thread(target=self._write_forever, name="memory-writer", daemon=True)
+            self._writer.start()
+        items = list(items)
+        for item, vector in zip(items, vectors or [None] * len(items)):
+            self._queue.put((item, vector))
+
+    def flush(self) -> None:
+        """Wait until every queued item is stored."""
+        if self._writer is not None:
+            self._flushing.set()  # no lingering for a fuller batch
+            try:
+                self._queue.join()
+            finally:
+                self._flushing.clear()
+        if self._writer_error is not None:
+            raise self._writer_error
+
+    def _write_forever(self) -> None:
+        try:  # background work yields the CPU to the agent's own step (Linux: per-thread niceness)
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+        except (AttributeError, OSError):
+            pass
+        while True:
+            batch = [self._queue.get()]
+            deadline = time.monotonic() + WRITE_LINGER_S
+            while len(batch) < WRITE_BATCH and not self._flushing.is_set():
+                try:
+                    batch.append(self._queue.get(timeout=max(0.0, deadline - time.monotonic())))
+                except queue.Empty:
+                    break
+            try:
+                if self._writer_error is None:
+                    self._store([item for item, _ in batch], [vector for _, vector in batch])
+            except BaseException as exc:  # reported to the agent by the next add_later / flush
+                self._writer_error = exc
+            finally:
+                for _ in batch:
+                    self._queue.task_done()
+
     def add(self, items: Iterable[MemoryItem]) -> int:
-        """Store (or replace, by id) items; returns how many."""
-        items = [item for item in items if item.text.strip()]
-        if not items:
+        """Store (or replace, by id) items now; returns how many."""
+        items = list(items)
+        return self._store(items, [None] * len(items))
+
+    def _store(self, items: list[MemoryItem], known: list) -> int:
+        """Embed what has no vector yet, in one batch, and write everything in as few calls as chromadb allows."""
+        pairs = [(item, vector) for item, vector in zip(items, known) if item.text.strip()]
+        if not pairs:
             return 0
-        vectors = self.embedder.embed([item.text for item in items])
+        items = [item for item, _ in pairs]
+        missing = [i for i, (_, vector) in enumerate(pairs) if vector is None]
+        fresh = self.embedder.embed([items[i].embed_text for i in missing]) if missing else []
+        vectors = [vector for _, vector in pairs]
+        for index, vector in zip(missing, fresh):
+            vectors[index] = vector
         for start in range(0, len(items), 4000):  # chromadb caps one write's size
             part = items[start:start + 4000]
             self.collection.upsert(ids=[i.id for i in part], documents=[i.text for i in part],
                                    metadatas=[i.metadata() for i in part], embeddings=vectors[start:start + 4000])
         return len(items)
 
-    def search(self, query: str, limit: int = 5, where: dict | None = None) -> list[Hit]:
-        if not query.strip() or limit < 1:
+    def search(self, query: str, limit: int = 5, where: dict | None = None, *, remember_query: bool = False,
+               also: str | None = None) -> list[Hit]:
+        """The items nearest to query (and to `also`, a second query asked in the same call), best first.
+        remember_query keeps the query's vector for next time (an objective asked about every step)."""
+        queries = [q[:KEY_CHARS] for q in (query, also) if q and q.strip()]
+        if not queries or limit < 1:
             return []
-        collection = self.collection
-        if collection.count() == 0:
-            return []
-        found = collection.query(query_embeddings=self.embedder.embed([query]), n_results=limit, where=where,
-                                 include=["documents", "metadatas", "distances"])
-        return [Hit(id=i, text=doc or "", metadata=meta or {}, distance=dist) for i, doc, meta, dist in
-                zip(found["ids"][0], found["documents"][0], found["metadatas"][0], found["distances"][0])]
+        return self.search_by([self._vector(q, remember_query and i == 0) for i, q in enumerate(queries)], limit,
+                              where)
+
+    def search_by(self, vectors: list, limit: int, where: dict | None = None) -> list[Hit]:
+        """The items nearest to any of the vectors, best first."""
+        try:
+            found = self.collection.query(query_embeddings=vectors, n_results=limit, where=where,
+                                          include=["documents", "metadatas", "distances"])
+        except Exception as exc:  # an empty collection, in some chromadb versions
+            if "0" in str(exc) or "empty" in str(exc).lower():
+                return []
+            raise
+        hits = {}
+        for row in range(len(vectors)):
+            for i, doc, meta, dist in zip(found["ids"][row], found["documents"][row], found["metadatas"][row],
+                                          found["distances"][row]):
+                if i not in hits or dist < hits[i].distance:
+                    hits[i] = Hit(id=i, text=doc or "", metadata=meta or {}, distance=dist)
+        return sorted(hits.values(), key=lambda hit: hit.distance)
+
+    def objective_vector(self, objective: str):
+        return self._vector(objective, keep=True)
+
+    def _vector(self, text: str, keep: bool):
+        vector = self._vectors.get(text)
+        if vector is None:
+            vector = self.embed_one(text)
+            if keep:
+                self._vectors[text] = vector
+        return vector
 
     def has(self, where: dict) -> bool:
         return bool(self.collection.get(where=where, limit=1, include=[])["ids"])

@@ -74,16 +74,15 @@ class TokenCounter:
     def count(self, text: str) -> int:
         if not text:
             return 0
-        tokens = len(self.encoding.encode(text, disallowed_special=()))
-        return tokens if self.margin == 1.0 else int(tokens * self.margin) + 1
+        return self.scaled(len(self.encoding.encode(text, disallowed_special=())))
 
-    def truncate(self, text: str, max_tokens: int) -> str:
-        """The longest prefix of text within max_tokens."""
-        if self.count(text) <= max_tokens:
-            return text
-        ids = self.encoding.encode(text, disallowed_special=())
-        keep = max(0, int(max_tokens / self.margin))
-        return self.encoding.decode(ids[:keep])
+    def scaled(self, encoded_tokens: int) -> int:
+        """The count for this model of a text that encodes to `encoded_tokens` tokens."""
+        return encoded_tokens if self.margin == 1.0 else int(encoded_tokens * self.margin) + 1
+
+    def surely_within(self, text: str, max_tokens: int) -> bool:
+        """True when text cannot exceed max_tokens, known without encoding it (a token is at least one byte)."""
+        return self.scaled(len(text.encode("utf-8"))) <= max_tokens
 
 
 @lru_cache(maxsize=None)

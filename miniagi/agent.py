@@ -320,6 +320,7 @@ class Agent:
         finally:
             restore_sigterm()
             workspace.close()
+            self._flush_memory()
         exit_code = EXIT_CODES["done"] if state.status == "done" else exit_code
         self._record_quietly({"type": "run_end", "step": state.step, "time": now_iso(), "status": state.status,
                               "answer": state.answer, "message": message})
@@ -481,6 +482,13 @@ class Agent:
             self.ui.warn(f"vector memory disabled for this run: {type(exc).__name__}: {exc}")
             self.record.append({"type": "error", "step": self.state.step, "text": f"vector memory: {exc}"})
             self.memory.store = None
+
+    def _flush_memory(self) -> None:
+        """The run's last memories reach the store before it ends (they are written in the background)."""
+        try:
+            self.memory.flush()
+        except Exception as exc:
+            self.ui.warn(f"some memories of this run could not be stored: {type(exc).__name__}: {exc}")
 
     def _ask(self, role: str, messages: list[dict], step: int) -> Completion:
         model = self.settings.model_for(role)

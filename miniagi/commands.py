@@ -134,8 +134,9 @@ def ingest_data(workspace: "Workspace", spec: str) -> str:
     replaced = store.delete({"source": key}) if store.has({"source": key}) else 0
     prefix = f"doc:{hashlib.sha1(key.encode()).hexdigest()[:16]}"
     label = document.title or source
-    workspace.memory.remember(*[workspace.memory.document_item(f"{prefix}:{i}", f"{label} [part {i + 1}/{len(kept)}]"
-                                                               f"\n{chunk}", key, i) for i, chunk in enumerate(kept)])
+    # stored at once, not in the background: the next step may ask about it
+    store.add([workspace.memory.document_item(f"{prefix}:{i}", f"{label} [part {i + 1}/{len(kept)}]\n{chunk}", key, i)
+               for i, chunk in enumerate(kept)])
     first_part = "".join(split_by_tokens(document.text, counter, workspace.chunk_budget)[:3])
     summary = condense(first_part, workspace.summarize, counter, INGEST_SUMMARY_TOKENS,
                        chunk_tokens=workspace.chunk_budget)

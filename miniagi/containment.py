@@ -103,27 +103,37 @@ class ProcessGroupCap:
     def procs_file(self) -> str:
         return str(self.path / "cgroup.procs")
 
-    def kill_all(self) -> None:
+    def kill_all(self, timeout_s: float = 5.0) -> bool:
+        """Kill every process in the cgroup; True when it is empty. New forks are refused first, so a fork bomb
+        cannot refill the group while we kill."""
+        import time
+
         try:
-            pids = [int(p) for p in (self.path / "cgroup.procs").read_text().split()]
+            (self.path / "pids.max").write_text("1")
         except OSError:
-            return
-        for pid in pids:
+            pass
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
             try:
-                os.kill(pid, signal.SIGKILL)
+                pids = [int(p) for p in (self.path / "cgroup.procs").read_text().split()]
             except OSError:
-                pass
+                return True
+            if not pids:
+                return True
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            time.sleep(0.01)
+        return False
 
     def close(self) -> None:
-        self.kill_all()
-        for _ in range(50):
+        if self.kill_all():
             try:
                 self.path.rmdir()
-                return
             except OSError:
-                import time
-
-                time.sleep(0.02)
+                pass
 
 
 class Containment:

@@ -85,10 +85,23 @@ def read_capped(path: Path, max_chars: int) -> str:
 
 
 def kill_process_group(pgid: int, sig: int = signal.SIGKILL) -> None:
+    """Signal a process group. SIGKILL is repeated while live members remain, since members forking while the
+    signal is delivered (a fork bomb) can escape one round."""
     try:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
-        pass
+        return
+    deadline = time.monotonic() + 3.0
+    while sig == signal.SIGKILL and time.monotonic() < deadline and _live_members(pgid):
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(0.005)
+
+
+def _live_members(pgid: int) -> bool:
+    return any(_in_group(entry, pgid, live_only=True) for entry in Path("/proc").iterdir() if entry.name.isdigit())
 
 
 def kill_group_members(pgid: int, spare: int, only_cmdline: bytes | None = None) -> int:
@@ -128,10 +141,12 @@ def wait_group_empty(pgid: int, spare: int, timeout_s: float = 3.0) -> None:
         time.sleep(0.02)
 
 
-def _in_group(entry: Path, pgid: int) -> bool:
+def _in_group(entry: Path, pgid: int, live_only: bool = False) -> bool:
+    """Whether /proc/PID belongs to process group pgid (with live_only, and is not a zombie)."""
     try:
         stat = (entry / "stat").read_text()
-        return int(stat[stat.rindex(")") + 2:].split()[2]) == pgid
+        fields = stat[stat.rindex(")") + 2:].split()
+        return int(fields[2]) == pgid and not (live_only and fields[0] in ("Z", "X"))
     except (OSError, ValueError, IndexError):
         return False
 
@@ -215,7 +230,7 @@ class PythonSession:
         if reply is None:
             return self._worker_died(restarted)
         notes = [restarted] if restarted else []
-        forks = self._stop_worker_forks()
+        forks = self._stop_worker_forks() if reply.get("forked", True) else 0
         output = read_capped(self.output_path, self.max_chars)
         if reply["status"] == "interrupted":
             notes.append("The code was interrupted (KeyboardInterrupt).")

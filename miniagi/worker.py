@@ -17,6 +17,15 @@ import sys
 import traceback
 
 WORKER_PID = os.getpid()
+forked = False  # whether the running snippet called os.fork(): only then can copies of this worker be left over
+
+
+def _note_fork() -> None:
+    global forked
+    forked = True
+
+
+os.register_at_fork(after_in_parent=_note_fork)
 
 
 class CPUTimeExceeded(BaseException):
@@ -107,8 +116,10 @@ def serve(request_fd: int, response_fd: int, limits: dict) -> None:
     responses = os.fdopen(response_fd, "w", encoding="utf-8")
     namespace = {"__name__": "__main__", "__builtins__": __builtins__}
     signal.signal(signal.SIGXCPU, on_cpu_limit)
+    global forked
     for line in requests:
         request = json.loads(line)
+        forked = False
         out = os.open(request["output"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(out, 1)
         os.dup2(out, 2)
@@ -123,7 +134,7 @@ def serve(request_fd: int, response_fd: int, limits: dict) -> None:
             os._exit(0)
         sys.stdout.flush()
         sys.stderr.flush()
-        responses.write(json.dumps({"status": status, "detail": detail}) + "\n")
+        responses.write(json.dumps({"status": status, "detail": detail, "forked": forked}) + "\n")
         responses.flush()
 
 

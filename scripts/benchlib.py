@@ -1,0 +1,137 @@
+"""Shared by the benchmarks: a scripted agent on an instant local OpenAI-compatible server, timed runs, and a
+vector store filled to a given size."""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from memory.context import MESSAGE_OVERHEAD, REPLY_PRIMING  # noqa: E402
+from memory.tokens import counter_for  # noqa: E402
+from tests.fake_llm import FakeLLM  # noqa: E402
+
+TOPICS = ["weather", "prices", "logs", "users", "files", "network", "builds", "tests", "metrics", "errors"]
+OBJECTIVE = "Collect reports on many topics, then finish"
+
+
+def scripted_agent(steps: int, agent_prompts: list):
+    """Step n prints a ~300-number report on a topic; the last step says done. Summaries are canned."""
+
+    def respond(request):
+        if request["model"] != "agent-model":
+            return "Summary: the agent has been collecting reports on " + ", ".join(TOPICS) + "."
+        agent_prompts.append(request["messages"])
+        n = len(agent_prompts)
+        if n >= steps:
+            return "<r>all done</r><c>done</c>\nfinished"
+        topic = TOPICS[n % len(TOPICS)]
+        code = f"print('report {n} on {topic}: ' + ' '.join(str(i * {n}) for i in range(300)))"
+        return f"<r>collect report {n} on {topic}</r><c>execute_python</c>\n{code}"
+
+    return respond
+
+
+class TimedModel:
+    """Wraps the real client and records when each call started and how long it took."""
+
+    def __init__(self, model):
+        self.model = model
+        self.calls: list[tuple[float, float, str]] = []  # (start, duration, role)
+
+    def complete(self, messages, *, model, role="agent"):
+        started = time.perf_counter()
+        try:
+            return self.model.complete(messages, model=model, role=role)
+        finally:
+            self.calls.append((started, time.perf_counter() - started, role))
+
+    def step_overheads(self) -> list[float]:
+        """Per agent step: wall time from one agent call to the next, minus every model call in between."""
+        agent = [i for i, call in enumerate(self.calls) if call[2] == "agent"]
+        overheads = []
+        for this, following in zip(agent, agent[1:]):
+            span = self.calls[following][0] - self.calls[this][0]
+            overheads.append(span - sum(self.calls[i][1] for i in range(this, following)))
+        return overheads
+
+
+@dataclass
+class AgentRun:
+    result: object
+    sizes: list[int]
+    roles: dict
+    elapsed: float
+    overheads: list[float] = field(default_factory=list)
+    model_call_s: list[float] = field(default_factory=list)
+
+
+def run_agent(steps: int, budget: int, home: Path, memory_scope: str = "global") -> AgentRun:
+    from miniagi import Agent, OpenAIModel, Settings
+    from miniagi.config import Endpoint
+    from miniagi.ui import Terminal
+
+    prompts: list = []
+    with FakeLLM(responder=scripted_agent(steps, prompts)) as llm:
+        settings = Settings(model="agent-model", summarizer_model="summarizer-model", yes=True, unattended=True,
+                            max_steps=steps + 5, max_cost=0, max_context_tokens=budget,
+                            max_memory_item_tokens=600, workdir=str(home / "work"), home=str(home),
+                            memory_scope=memory_scope)
+        model = TimedModel(OpenAIModel(Endpoint(api_key="k", base_url=llm.url)))
+        agent = Agent(settings, model=model, ui=Terminal(interactive=False, quiet=True))
+        started = time.perf_counter()
+        result = agent.run(OBJECTIVE)
+        elapsed = time.perf_counter() - started
+        roles = {"agent": 0, "summarizer": 0, "critic": 0}
+        for request in llm.requests:
+            roles["agent" if request["model"] == "agent-model" else "summarizer"] += 1
+    counter = counter_for("gpt-4o-mini")
+    sizes = [sum(counter.count(m["content"]) + MESSAGE_OVERHEAD for m in p) + REPLY_PRIMING for p in prompts]
+    return AgentRun(result, sizes, roles, elapsed, model.step_overheads(), [c[1] for c in model.calls])
+
+
+def recycled_embedder(base):
+    """Vectors derived from real embeddings plus noise, so 100k stored items load in a minute or two; queries and
+    timed adds still go through the real embedder."""
+    import numpy as np
+
+    from memory.embeddings import MiniLMEmbedder
+
+    class Recycled:
+        name = MiniLMEmbedder.name
+
+        def __init__(self):
+            self.rng = np.random.default_rng(0)
+
+        def embed(self, batch):
+            rows = base[self.rng.integers(0, len(base), len(batch))] + self.rng.normal(0, 0.02, (len(batch), 384))
+            return (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
+
+    return Recycled()
+
+
+def sample_texts(count: int = 2000) -> list[str]:
+    return [f"step {i}: {TOPICS[i % 10]} report number {i}, value {i * 37 % 1000}" for i in range(count)]
+
+
+def fill_store(path: Path, target: int, already: int = 0, base=None) -> int:
+    """Store items until the memory under `path` holds `target` (counting `already`); returns the new count."""
+    from memory.embeddings import MiniLMEmbedder
+    from memory.store import MemoryItem, VectorMemory
+
+    texts = sample_texts()
+    if base is None:
+        base = MiniLMEmbedder().embed(texts)
+    filler = VectorMemory(path, recycled_embedder(base))
+    stored = already
+    while stored < target:
+        batch = min(4000, target - stored)
+        filler.add([MemoryItem(f"fill:{n}", texts[n % len(texts)], f"run{n // 300}", "step", n % 300)
+                    for n in range(stored, stored + batch)])
+        stored += batch
+    return stored
