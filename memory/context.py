@@ -51,17 +51,24 @@ class StepRecord:
 
 def truncate_middle(text: str, counter: TokenCounter, max_tokens: int) -> str:
     """Keep the head and tail of text within max_tokens, saying what was cut."""
+    return fit(text, counter, max_tokens)[0]
+
+
+def fit(text: str, counter: TokenCounter, max_tokens: int) -> tuple[str, int]:
+    """truncate_middle, and the token count of its result (known without encoding it again)."""
     if counter.surely_within(text, max_tokens):
-        return text
+        return text, counter.count(text)
     ids = counter.encoding.encode(text, disallowed_special=())
     total = counter.scaled(len(ids))
     if total <= max_tokens:
-        return text
+        return text, total
     marker = f"\n[… about {total - max_tokens} tokens cut …]\n"
-    room = max(0, max_tokens - counter.count(marker))
+    marker_tokens = counter.count(marker)
+    room = max(0, max_tokens - marker_tokens)
     keep = int(room / counter.margin)
     head, tail = keep * 2 // 3, keep - keep * 2 // 3
-    return counter.encoding.decode(ids[:head]) + marker + (counter.encoding.decode(ids[-tail:]) if tail else "")
+    cut = counter.encoding.decode(ids[:head]) + marker + (counter.encoding.decode(ids[-tail:]) if tail else "")
+    return cut, min(max_tokens, counter.scaled(keep) + marker_tokens)
 
 
 @dataclass

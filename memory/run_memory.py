@@ -15,15 +15,15 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .condense import condense
-from .context import Context, ContextBuilder, StepRecord, truncate_middle
+from .context import Context, ContextBuilder, StepRecord, fit, truncate_middle
 from .store import Hit, MemoryItem, VectorMemory
 from .tokens import TokenCounter
 
 FOLD_BATCH = 8  # steps that must have left the window before they are folded into the summary
 SUMMARY_SHARE = 0.15  # of the context budget
 RECALL_SHARE = 0.15
-RECALL_CANDIDATES = 12
-RECALL_ITEM_TOKENS = 300  # at most, for one recalled memory
+RECALL_CANDIDATES = 8
+RECALL_ITEM_TOKENS = 200  # at most, for one recalled memory
 
 FOLD_PROMPT = """You keep the running summary of an autonomous agent's work. Its objective:
 {objective}
@@ -111,7 +111,7 @@ class RunMemory:
         latest = steps[-1] if steps else None
         vectors = [self.store.objective_vector(self.objective)]
         if latest is not None:
-            vectors.append(self.store.embed_one(f"{latest.thought[:100]} {latest.command} {latest.arg[:40]}"))
+            vectors.append(self.store.embed_one(f"{latest.thought[:120]} ({latest.command})"))
         hits = self.store.search_by(vectors, RECALL_CANDIDATES,
                                     where={"run": self.run_id} if self.scope == "run" else None)
         lines, room = [], self.recall_budget
@@ -123,8 +123,9 @@ class RunMemory:
             share = min(room // 3, RECALL_ITEM_TOKENS)
             # cut by characters first (~4 a token), so only a short text is ever encoded
             text = " ".join(hit.text[:share * 4].split())
-            line = f"- ({self._label(hit)}) {truncate_middle(text, self.counter, share)}"
-            cost = self.counter.count(line) + 1
+            label = f"- ({self._label(hit)}) "
+            text, tokens = fit(text, self.counter, share)
+            line, cost = label + text, self.counter.count(label) + tokens + 1
             if cost > room:
                 continue
             lines.append(line)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
 import subprocess
@@ -89,22 +88,18 @@ def bench_query(home: Path, repeats: int = 60) -> float:
 
 
 def child_run(steps: int, budget: int) -> None:
-    """Run in a child process so its peak RSS is its own."""
+    """A run in a fresh process (its model in another), reporting the process's own peak RSS (VmHWM)."""
     with tempfile.TemporaryDirectory() as tmp:
         run = run_agent(steps, budget, Path(tmp))
-    print(json.dumps({"steps": run.result.steps, "status": run.result.status}))
+    peak = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM"))
+    print(json.dumps({"steps": run.result.steps, "status": run.result.status, "peak_rss_mb": peak / 1024}))
 
 
 def peak_rss_of_run(steps: int, budget: int) -> tuple[float, dict]:
-    process = subprocess.Popen([sys.executable, __file__, "--child-run", str(steps), "--budget", str(budget)],
-                               stdout=subprocess.PIPE, text=True, cwd=ROOT)
-    out, _ = process.communicate()
-    _, _, usage = os.wait4(process.pid, 0) if process.returncode is None else (0, 0, None)
-    if usage is None:
-        import resource
-
-        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_maxrss / 1024, json.loads(out.strip().splitlines()[-1])
+    out = subprocess.run([sys.executable, __file__, "--child-run", str(steps), "--budget", str(budget)],
+                         capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    report = json.loads(out.strip().splitlines()[-1])
+    return report["peak_rss_mb"], report
 
 
 def main() -> None:
@@ -144,8 +139,8 @@ def main() -> None:
     figures["ratio"] = ratio
     print(f"   total prompt tokens: 300 steps {sum(three_hundred.sizes):,} vs 100 steps {sum(hundred.sizes):,} "
           f"= {ratio:.2f}×")
-    print(f"   agent overhead per step, 300-step run with a fresh store: median {median_ms(three_hundred.overheads):.2f}"
-          f" ms, mean {statistics.mean(three_hundred.overheads) * 1000:.2f} ms")
+    print(f"   agent overhead per step, 300-step run with a fresh store: median "
+          f"{median_ms(three_hundred.overheads):.2f} ms, mean {statistics.mean(three_hundred.overheads) * 1000:.2f} ms")
 
     print(f"== agent overhead per step with {memories:,} memories stored, {long_steps}-step run")
     with tempfile.TemporaryDirectory() as tmp:

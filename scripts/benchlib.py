@@ -71,27 +71,49 @@ class AgentRun:
     model_call_s: list[float] = field(default_factory=list)
 
 
-def run_agent(steps: int, budget: int, home: Path, memory_scope: str = "global") -> AgentRun:
-    from miniagi import Agent, OpenAIModel, Settings
-    from miniagi.config import Endpoint
-    from miniagi.ui import Terminal
-
+def _serve(steps: int, connection) -> None:
+    """The scripted model, in a process of its own (as a real endpoint is): prompt sizes and calls per role
+    are counted here and sent back when the run is over."""
     prompts: list = []
     with FakeLLM(responder=scripted_agent(steps, prompts)) as llm:
-        settings = Settings(model="agent-model", summarizer_model="summarizer-model", yes=True, unattended=True,
-                            max_steps=steps + 5, max_cost=0, max_context_tokens=budget,
-                            max_memory_item_tokens=600, workdir=str(home / "work"), home=str(home),
-                            memory_scope=memory_scope)
-        model = TimedModel(OpenAIModel(Endpoint(api_key="k", base_url=llm.url)))
-        agent = Agent(settings, model=model, ui=Terminal(interactive=False, quiet=True))
-        started = time.perf_counter()
-        result = agent.run(OBJECTIVE)
-        elapsed = time.perf_counter() - started
+        connection.send(llm.url)
+        connection.recv()  # the run is over
         roles = {"agent": 0, "summarizer": 0, "critic": 0}
         for request in llm.requests:
             roles["agent" if request["model"] == "agent-model" else "summarizer"] += 1
     counter = counter_for("gpt-4o-mini")
-    sizes = [sum(counter.count(m["content"]) + MESSAGE_OVERHEAD for m in p) + REPLY_PRIMING for p in prompts]
+    connection.send(([sum(counter.count(m["content"]) + MESSAGE_OVERHEAD for m in p) + REPLY_PRIMING
+                      for p in prompts], roles))
+
+
+def run_agent(steps: int, budget: int, home: Path, memory_scope: str = "global") -> AgentRun:
+    """A run of the scripted agent, timed step by step."""
+    import multiprocessing
+
+    from miniagi import Agent, OpenAIModel, Settings
+    from miniagi.cli import compact_malloc
+    from miniagi.config import Endpoint
+    from miniagi.ui import Terminal
+
+    compact_malloc()  # as `miniagi` does at start
+    ours, theirs = multiprocessing.Pipe()
+    server = multiprocessing.get_context("spawn").Process(target=_serve, args=(steps, theirs), daemon=True)
+    server.start()
+    try:
+        url = ours.recv()
+        settings = Settings(model="agent-model", summarizer_model="summarizer-model", yes=True, unattended=True,
+                            max_steps=steps + 5, max_cost=0, max_context_tokens=budget,
+                            max_memory_item_tokens=600, workdir=str(home / "work"), home=str(home),
+                            memory_scope=memory_scope)
+        model = TimedModel(OpenAIModel(Endpoint(api_key="k", base_url=url)))
+        agent = Agent(settings, model=model, ui=Terminal(interactive=False, quiet=True))
+        started = time.perf_counter()
+        result = agent.run(OBJECTIVE)
+        elapsed = time.perf_counter() - started
+        ours.send("done")
+        sizes, roles = ours.recv()
+    finally:
+        server.join(timeout=10)
     return AgentRun(result, sizes, roles, elapsed, model.step_overheads(), [c[1] for c in model.calls])
 
 
