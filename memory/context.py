@@ -82,9 +82,20 @@ class ContextBuilder:
     def __init__(self, counter: TokenCounter, max_tokens: int):
         self.counter = counter
         self.max_tokens = max_tokens
+        self._last_system: str | None = None
+        self._last_system_tokens = 0
 
     def _message_tokens(self, messages: list[dict]) -> int:
-        return sum(self.counter.count(m["content"]) + MESSAGE_OVERHEAD for m in messages)
+        return sum(self._count(m["content"]) + MESSAGE_OVERHEAD for m in messages)
+
+    def _count(self, text: str) -> int:
+        """Token counts, remembered for the one long text that comes back every step (the system prompt)."""
+        if text is self._last_system:
+            return self._last_system_tokens
+        tokens = self.counter.count(text)
+        if len(text) > 2000:
+            self._last_system, self._last_system_tokens = text, tokens
+        return tokens
 
     def check_fits(self, system: str, objective: str) -> None:
         """Fail at the start, not at step 40, when the fixed parts cannot fit."""

@@ -24,6 +24,9 @@ SUMMARY_SHARE = 0.15  # of the context budget
 RECALL_SHARE = 0.15
 RECALL_CANDIDATES = 8
 RECALL_ITEM_TOKENS = 200  # at most, for one recalled memory
+OBJECTIVE_REFRESH = 8  # steps between lookups of what is near the objective
+# commands whose argument is code: it says little about intent and costs much to embed, so queries leave it out
+CODE_COMMANDS = frozenset({"execute_python", "execute_shell"})
 
 FOLD_PROMPT = """You keep the running summary of an autonomous agent's work. Its objective:
 {objective}
@@ -63,6 +66,8 @@ class RunMemory:
         self.recall_budget = int(builder.max_tokens * RECALL_SHARE)
         self.last_recalled: list[str] = []
         self.window_start = 1  # the first step the latest context showed verbatim
+        self._objective_hits: list[Hit] | None = None
+        self._objective_hits_at = 0
 
     # --- building the context ---------------------------------------------------------------------------------
     def context(self, *, system: str, steps: list[StepRecord], next_step: int, notes: list[str],
@@ -106,14 +111,21 @@ class RunMemory:
         self.last_recalled = []
         if self.store is None:
             return ""
-        # near the objective (standing facts stay in view) and near what the agent is doing now; the query is
-        # kept short, since embedding time grows with length
-        latest = steps[-1] if steps else None
-        vectors = [self.store.objective_vector(self.objective)]
-        if latest is not None:
-            vectors.append(self.store.embed_one(f"{latest.thought[:120]} ({latest.command})"))
-        hits = self.store.search_by(vectors, RECALL_CANDIDATES,
-                                    where={"run": self.run_id} if self.scope == "run" else None)
+        where = {"run": self.run_id} if self.scope == "run" else None
+        # near the objective, so standing facts stay in view: what is near it changes slowly, so it is looked up
+        # again only every few steps
+        if self._objective_hits is None or len(steps) - self._objective_hits_at >= OBJECTIVE_REFRESH:
+            self._objective_hits = self.store.search_by([self.store.objective_vector(self.objective)],
+                                                        RECALL_CANDIDATES, where)
+            self._objective_hits_at = len(steps)
+        hits = list(self._objective_hits)
+        if steps:  # and near what the agent is doing now (a short query: embedding time grows with length)
+            latest = steps[-1]
+            detail = "" if latest.command in CODE_COMMANDS else f": {latest.arg[:80]}"
+            near = self.store.search_by([self.store.embed_one(f"{latest.thought[:120]} ({latest.command}{detail})")],
+                                        RECALL_CANDIDATES, where)
+            known = {hit.id for hit in near}
+            hits = sorted(near + [hit for hit in hits if hit.id not in known], key=lambda hit: hit.distance)
         lines, room = [], self.recall_budget
         for hit in hits:
             if room < 20:
@@ -160,7 +172,7 @@ class RunMemory:
         text = (f"Thought: {record.thought}\nCommand: {record.command} {record.arg}\nResult: {record.observation}"
                 if record.command else f"Malformed reply: {record.raw_reply}\n{record.observation}")
         # embedded: the gist — intent, action and the head of the result — not the whole text
-        key = f"{record.thought[:100]}\n{record.command}\n{record.observation[:120]}" if record.command else text
+        key = f"{record.thought[:80]}\n{record.command}\n{record.observation[:100]}" if record.command else text
         return MemoryItem(id=f"{self.run_id}:step:{record.step}", text=text, run=self.run_id, kind="step",
                           step=record.step, key=key)
 

@@ -130,7 +130,7 @@ class VectorMemory:
 
     def _write_forever(self) -> None:
         try:  # background work yields the CPU to the agent's own step (Linux: per-thread niceness)
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
         except (AttributeError, OSError):
             pass
         while True:
