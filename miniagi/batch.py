@@ -91,7 +91,9 @@ def _env_value(value) -> str:
 
 class Batch:
     def __init__(self, objectives: list[Objective], out: Path, *, workers: int, options: dict,
-                 max_batch_cost: float | None, timeout_s: float | None, console: Console | None = None):
+                 max_batch_cost: float | None, timeout_s: float | None, console: Console | None = None,
+                 cluster: "RayCluster | None" = None):
+        self.cluster = cluster
         self.objectives = objectives
         self.out = out
         self.results_path = out / "results.jsonl"
@@ -108,51 +110,54 @@ class Batch:
         self.stopping = False
 
     # --- one objective --------------------------------------------------------------------------------------------
-    def _environment(self, objective: Objective) -> dict[str, str]:
-        env = dict(os.environ)
-        for name, value in {**self.options, **objective.overrides}.items():
-            if value is not None:
-                env[OPTIONS_BY_NAME[name].env] = _env_value(value)
+    def _option_env(self, objective: Objective) -> dict[str, str]:
+        """The run options of this objective, as the environment variables `miniagi run` reads."""
+        env = {OPTIONS_BY_NAME[name].env: _env_value(value)
+               for name, value in {**self.options, **objective.overrides}.items() if value is not None}
         env["MINIAGI_UNATTENDED"] = "true"  # batch runs never wait for a person
         return env
 
     def _run_one(self, objective: Objective) -> dict:
-        self.logs.mkdir(parents=True, exist_ok=True)
-        log_path = self.logs / f"{_safe(objective.id)}.log"
-        with open(log_path, "w", encoding="utf-8") as log:
-            process = subprocess.Popen([sys.executable, "-m", "miniagi", "run", "--json", "--", objective.objective],
-                                       env=self._environment(objective), stdin=subprocess.DEVNULL,
-                                       stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True)
+        if self.cluster is not None:  # on whichever node of the Ray cluster has room
+            reference = self.cluster.submit(objective.objective, self._option_env(objective), self.timeout_s)
             with self.lock:
-                self.running[objective.id] = process
+                self.running[objective.id] = reference
             try:
-                stdout, _ = process.communicate(timeout=self.timeout_s)
-                timed_out = False
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGINT)  # let it save its state, then insist
-                try:
-                    stdout, _ = process.communicate(timeout=15)
-                except subprocess.TimeoutExpired:
-                    os.killpg(process.pid, signal.SIGKILL)
-                    stdout, _ = process.communicate()
-                timed_out = True
+                outcome = self.cluster.wait(reference)
             finally:
                 with self.lock:
                     self.running.pop(objective.id, None)
-        summary = _last_json(stdout)
+        else:
+            outcome = run_objective(objective.objective, {**os.environ, **self._option_env(objective)},
+                                    self.timeout_s, on_start=lambda process: self._started(objective, process),
+                                    on_end=lambda: self._ended(objective))
+        self.logs.mkdir(parents=True, exist_ok=True)
+        log_path = self.logs / f"{_safe(objective.id)}.log"
+        log_path.write_text(outcome.stderr, encoding="utf-8")
+        summary = _last_json(outcome.stdout)
         message = ""
-        if timed_out:
+        if outcome.timed_out:
             message = f"stopped after the batch's --timeout of {self.timeout_s:g} s"
         elif not summary:
-            message = f"the run ended without a result (exit {process.returncode}); see {log_path}"
+            message = f"the run ended without a result (exit {outcome.returncode}); see {log_path}"
         record = {"id": objective.id, "objective": objective.objective,
-                  "status": "error" if timed_out else summary.get("status", "error"),
+                  "status": "error" if outcome.timed_out else summary.get("status", "error"),
                   "answer": summary.get("answer"), "run_id": summary.get("run_id"),
                   "steps": summary.get("steps", 0), "cost_usd": summary.get("cost_usd", 0.0),
-                  "exit_code": process.returncode, "message": message or summary.get("message", ""),
+                  "exit_code": outcome.returncode, "message": message or summary.get("message", ""),
                   "finished_at": now_iso()}
+        if self.cluster is not None:
+            record["node"] = outcome.node
         self._record(record)
         return record
+
+    def _started(self, objective: Objective, process: subprocess.Popen) -> None:
+        with self.lock:
+            self.running[objective.id] = process
+
+    def _ended(self, objective: Objective) -> None:
+        with self.lock:
+            self.running.pop(objective.id, None)
 
     def _record(self, record: dict) -> None:
         with self.lock:
@@ -217,10 +222,13 @@ class Batch:
 
     def _interrupt_running(self) -> None:
         with self.lock:
-            processes = list(self.running.values())
-        for process in processes:
+            running = list(self.running.values())
+        for handle in running:
+            if self.cluster is not None:
+                self.cluster.interrupt(handle)
+                continue
             try:
-                os.killpg(process.pid, signal.SIGINT)
+                os.killpg(handle.pid, signal.SIGINT)
             except OSError:
                 pass
 
@@ -249,6 +257,81 @@ class Batch:
         done = sum(1 for o in self.objectives if latest.get(o.id, {}).get("status") == "done")
         self.console.print(f"{done}/{len(self.objectives)} done · ${self.spent:.4f} spent in this batch · "
                            f"results: {self.results_path}")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    stdout: str
+    stderr: str
+    returncode: int | None
+    timed_out: bool
+    node: str = ""
+
+
+def run_objective(objective: str, env: dict, timeout_s: float | None, on_start=None, on_end=None) -> Outcome:
+    """One objective as its own `miniagi run` process, in its own process group. Here or on a Ray node."""
+    import socket
+
+    process = subprocess.Popen([sys.executable, "-m", "miniagi", "run", "--json", "--", objective], env=env,
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    if on_start:
+        on_start(process)
+    timed_out = False
+    try:
+        try:
+            stdout, stderr = process.communicate(timeout=timeout_s)
+        except (subprocess.TimeoutExpired, KeyboardInterrupt) as stop:  # a timeout, or a cancelled Ray task
+            timed_out = isinstance(stop, subprocess.TimeoutExpired)
+            os.killpg(process.pid, signal.SIGINT)  # let it save its state, then insist
+            try:
+                stdout, stderr = process.communicate(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                stdout, stderr = process.communicate()
+    finally:
+        if on_end:
+            on_end()
+    return Outcome(stdout, stderr, process.returncode, timed_out, socket.gethostname())
+
+
+class RayCluster:
+    """Objectives spread over a Ray cluster (`pip install 'miniagi[distributed]'`): each runs as the same
+    `miniagi run` process, on a node that has miniagi installed and its own model endpoint settings
+    (OPENAI_API_KEY / OPENAI_BASE_URL are never sent over the cluster; run options are)."""
+
+    def __init__(self, address: str):
+        try:
+            import ray
+        except ImportError:
+            raise ConfigError("--ray needs Ray: pip install 'miniagi[distributed]'") from None
+        self.ray = ray
+        # "local" starts a Ray instance on this machine; anything else joins a cluster ("auto", "ray://host:10001")
+        ray.init(address=None if address == "local" else address, include_dashboard=False, log_to_driver=False,
+                 configure_logging=False)
+        self.remote = ray.remote(num_cpus=1, max_retries=0)(run_on_node)
+
+    def submit(self, objective: str, option_env: dict, timeout_s: float | None):
+        return self.remote.remote(objective, option_env, timeout_s)
+
+    def wait(self, reference) -> Outcome:
+        try:
+            return self.ray.get(reference)
+        except self.ray.exceptions.TaskCancelledError:
+            return Outcome("", "cancelled by the batch (Ctrl-C)", None, False)
+        except self.ray.exceptions.RayError as exc:
+            return Outcome("", f"the Ray task failed: {exc}", None, False)
+
+    def interrupt(self, reference) -> None:
+        self.ray.cancel(reference)  # KeyboardInterrupt in the task: the run saves its state
+
+    def close(self) -> None:
+        self.ray.shutdown()
+
+
+def run_on_node(objective: str, option_env: dict, timeout_s: float | None) -> Outcome:
+    """A Ray task: the objective runs with the node's own environment plus the batch's run options."""
+    return run_objective(objective, {**os.environ, **option_env}, timeout_s)
 
 
 def _preview(text: str, width: int = 100) -> str:

@@ -86,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_argument("--max-batch-cost", type=float, default=None, metavar="USD",
                        help="start no new objective once the batch has spent this much")
     batch.add_argument("--timeout", type=float, default=None, metavar="S", help="stop an objective after S seconds")
+    batch.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                       help="spread the objectives over a Ray cluster: 'auto' or ray://HOST:PORT joins one, "
+                            "no address starts one on this machine (pip install 'miniagi[distributed]')")
     _add_run_options(batch, with_json=False)
 
     replay = commands.add_parser("replay", help=COMMAND_HELP["replay"], description=COMMAND_HELP["replay"] + ", "
@@ -169,9 +172,17 @@ def cmd_batch(args: argparse.Namespace) -> int:
     options = {name: value for name, value in _flags(args).items() if value is not None}
     resolve_settings(options)  # a bad option fails here, once, not in every worker
     out = Path(args.out) if args.out else path.with_name(path.stem + "-results")
-    batch = Batch(objectives, out, workers=args.workers, options=options, max_batch_cost=args.max_batch_cost,
-                  timeout_s=args.timeout)
-    return batch.run()
+    cluster = None
+    if args.ray:
+        from .batch import RayCluster
+
+        cluster = RayCluster(args.ray)
+    try:
+        return Batch(objectives, out, workers=args.workers, options=options, max_batch_cost=args.max_batch_cost,
+                     timeout_s=args.timeout, cluster=cluster).run()
+    finally:
+        if cluster is not None:
+            cluster.close()
 
 
 def cmd_replay(args: argparse.Namespace) -> int:

@@ -156,3 +156,16 @@ def test_the_example_in_the_readme_replays_on_a_machine_with_no_api_key(cli, iso
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "reproduced" in proc.stdout and "0 model calls" in proc.stdout
     assert (isolated.work / "fibonacci.txt").read_text().splitlines()[-1] == "30 832040"
+
+
+def test_a_batch_spreads_over_a_ray_cluster(cli, llm, isolated):
+    llm.responder = Scripted({"first on ray": [act("done", "one")], "second on ray": [act("done", "two")],
+                              "third on ray": [act("done", "three")]})
+    (isolated.work / "jobs.txt").write_text("first on ray\nsecond on ray\nthird on ray\n")
+    proc = cli("batch", "jobs.txt", "--workers", "2", "--ray", timeout=240)  # a local Ray instance
+    assert proc.returncode == 0, proc.stderr
+    records = {r["id"]: r for r in results(isolated.work / "jobs-results" / "results.jsonl")}
+    assert {r["answer"] for r in records.values()} == {"one", "two", "three"}
+    assert all(r["status"] == "done" and r["node"] for r in records.values())
+    for record in records.values():  # the runs were recorded where MINIAGI_HOME points, as any run is
+        assert (isolated.home / "runs" / record["run_id"] / "result.json").is_file()
