@@ -67,6 +67,7 @@ class RunMemory:
         self.last_recalled: list[str] = []
         self.window_start = 1  # the first step the latest context showed verbatim
         self._objective_hits: list[Hit] | None = None
+        self.failure = ""  # why vector memory was turned off mid-run, for the agent to report
         self._objective_hits_at = 0
 
     # --- building the context ---------------------------------------------------------------------------------
@@ -111,6 +112,14 @@ class RunMemory:
         self.last_recalled = []
         if self.store is None:
             return ""
+        try:
+            return self._recall_from_store(steps, window_start, notes)
+        except Exception as exc:  # a memory that fails (a server gone) must not end the run: go on without it
+            self.store = None
+            self.failure = f"{type(exc).__name__}: {exc}"
+            return ""
+
+    def _recall_from_store(self, steps: list[StepRecord], window_start: int, notes: list[str]) -> str:
         where = {"run": self.run_id} if self.scope == "run" else None
         # near the objective, so standing facts stay in view: what is near it changes slowly, so it is looked up
         # again only every few steps

@@ -72,8 +72,9 @@ class VectorMemory:
     `add` stores at once; `add_later` hands items to a background writer that embeds and stores them in batches
     (one chromadb write costs ~15 ms however few items it holds), so the agent's step does not wait for it."""
 
-    def __init__(self, path: Path, embedder: "Embedder"):
+    def __init__(self, path: Path, embedder: "Embedder", url: str | None = None):
         self.path = Path(path)
+        self.url = url  # a chromadb server instead of the local folder: one memory for many machines
         self.embedder = embedder
         self._collection = None
         self._open_lock = threading.Lock()
@@ -92,9 +93,16 @@ class VectorMemory:
         if self._collection is None:
             import chromadb
 
-            self.path.mkdir(parents=True, exist_ok=True)
-            client = chromadb.PersistentClient(path=str(self.path),
-                                               settings=chromadb.Settings(anonymized_telemetry=False))
+            settings = chromadb.Settings(anonymized_telemetry=False)
+            if self.url:
+                from urllib.parse import urlsplit
+
+                server = urlsplit(self.url)
+                client = chromadb.HttpClient(host=server.hostname or "localhost", port=server.port or 8000,
+                                             ssl=server.scheme == "https", settings=settings)
+            else:
+                self.path.mkdir(parents=True, exist_ok=True)
+                client = chromadb.PersistentClient(path=str(self.path), settings=settings)
             # one collection per embedding space: vectors of different models must not be compared
             self._collection = client.get_or_create_collection(
                 f"memories-{self.embedder.name}", embedding_function=None,
@@ -229,5 +237,6 @@ class VectorMemory:
         for meta in metadatas:
             kinds[meta.get("kind", "?")] = kinds.get(meta.get("kind", "?"), 0) + 1
             runs.add(meta.get("run"))
-        return {"path": str(self.path), "embedder": self.embedder.name, "items": len(metadatas), "kinds": kinds,
+        return {"path": self.url or str(self.path), "embedder": self.embedder.name, "items": len(metadatas),
+                "kinds": kinds,
                 "runs": len(runs - {None})}

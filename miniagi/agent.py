@@ -355,6 +355,10 @@ class Agent:
                                 "through_step": folded.through_step})
         if self.memory.last_recalled:
             self.record.append({"type": "recall", "step": number, "ids": self.memory.last_recalled})
+        if self.memory.failure:
+            self.ui.warn(f"vector memory disabled for this run: {self.memory.failure}")
+            self.record.append({"type": "error", "step": state.step, "text": f"vector memory: {self.memory.failure}"})
+            self.memory.failure = ""
         self.ui.debug_context(context.messages)
         with self.ui.thinking(number):
             completion = self._ask("agent", context.messages, number)
@@ -544,7 +548,7 @@ def open_vector_memory(settings: Settings, environ: Mapping[str, str], model) ->
 
             client = OpenAIModel(Endpoint.from_environment(environ)).client
         embedder = EndpointEmbedder(client, settings.embedding_model)
-    return VectorMemory(settings.home_path / "memory", embedder)
+    return VectorMemory(settings.home_path / "memory", embedder, url=settings.memory_url)
 
 
 def _raise_on_sigterm():

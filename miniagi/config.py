@@ -114,6 +114,8 @@ OPTIONS: tuple[Option, ...] = (
            aliases=("DEBUG",), boolean=True),
     Option("memory_scope", parse_memory_scope, "what recall searches: global (all runs), run (this run only) or "
            "off (no vector memory)", metavar="SCOPE"),
+    Option("memory_url", parse_text, "a chromadb server (http://HOST:PORT, from `chroma run`) to keep the persistent "
+           "memory in, shared by every machine that points at it (default: $MINIAGI_HOME/memory)", metavar="URL"),
     Option("embedding_model", parse_text, "embeddings for vector memory: local (offline MiniLM) or a model name "
            "served by the endpoint's /embeddings", metavar="M"),
     Option("prices", parse_text, "JSON file of model prices (USD per 1M tokens: {\"model\": [input, output]})",
@@ -141,6 +143,7 @@ class Settings:
     unattended: bool = False
     debug: bool = False
     memory_scope: str = "global"
+    memory_url: str | None = None
     embedding_model: str = "local"
     prices: str | None = None
 

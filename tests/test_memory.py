@@ -192,3 +192,43 @@ def test_summary_is_recondensed_when_it_reaches_its_cap(isolated):
     assert folded is not None and folded.through_step >= FOLD_BATCH
     assert COUNTER.count(folded.text) <= memory.summary_cap and len(prompts) >= 2
     assert context.tokens <= 3000
+
+
+def test_machines_share_one_memory_through_a_chromadb_server(cli, llm, tmp_path):
+    import socket
+    import time
+    from pathlib import Path
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    chroma = Path(sys.executable).parent / "chroma"
+    server = subprocess.Popen([str(chroma), "run", "--path", str(tmp_path / "server"), "--port", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.2)
+        url = f"http://127.0.0.1:{port}"
+        llm.add(act("execute_python", "print('The build server of the Orion team is called hopper-9.')"),
+                act("done", "noted"))
+        first_machine = {**MEMORY_ON, "MINIAGI_HOME": str(tmp_path / "machine-a"), "MINIAGI_MEMORY_URL": url}
+        assert cli("-y", "Find the Orion team's build server", env=first_machine).returncode == 0
+        llm.add(act("done", "hopper-9"))
+        second_machine = {**MEMORY_ON, "MINIAGI_HOME": str(tmp_path / "machine-b"), "MINIAGI_MEMORY_URL": url}
+        assert cli("-y", "Which build server does the Orion team use?", env=second_machine).returncode == 0
+        assert "hopper-9" in json.dumps(llm.agent_requests()[-1]["messages"])  # recalled from the other machine
+        assert not (tmp_path / "machine-a" / "memory").exists() and not (tmp_path / "machine-b" / "memory").exists()
+        stats = json.loads(cli("memory", "stats", "--json", env=second_machine).stdout)
+        assert stats["runs"] == 2 and stats["path"] == url
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    # with the server gone, a run warns and goes on without vector memory
+    llm.add(act("done", "still fine"))
+    proc = cli("-y", "Carry on", env={**MEMORY_ON, "MINIAGI_MEMORY_URL": url})
+    assert proc.returncode == 0 and "vector memory disabled" in proc.stderr
