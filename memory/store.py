@@ -82,7 +82,7 @@ class VectorMemory:
         self._writer: threading.Thread | None = None
         self._writer_error: BaseException | None = None
         self._flushing = threading.Event()
-        self._vectors: dict[str, object] = {}  # query text → vector, for queries asked again and again
+        self._vectors: dict[str, object] = {}  # objective → vector
 
     @property
     def collection(self):
@@ -180,15 +180,11 @@ class VectorMemory:
                                    metadatas=[i.metadata() for i in part], embeddings=vectors[start:start + 4000])
         return len(items)
 
-    def search(self, query: str, limit: int = 5, where: dict | None = None, *, remember_query: bool = False,
-               also: str | None = None) -> list[Hit]:
-        """The items nearest to query (and to `also`, a second query asked in the same call), best first.
-        remember_query keeps the query's vector for next time (an objective asked about every step)."""
-        queries = [q[:KEY_CHARS] for q in (query, also) if q and q.strip()]
-        if not queries or limit < 1:
+    def search(self, query: str, limit: int = 5, where: dict | None = None) -> list[Hit]:
+        """The items nearest to query, best first."""
+        if not query.strip() or limit < 1:
             return []
-        return self.search_by([self._vector(q, remember_query and i == 0) for i, q in enumerate(queries)], limit,
-                              where)
+        return self.search_by([self.embed_one(query)], limit, where)
 
     def search_by(self, vectors: list, limit: int, where: dict | None = None) -> list[Hit]:
         """The items nearest to any of the vectors, best first."""
@@ -208,14 +204,10 @@ class VectorMemory:
         return sorted(hits.values(), key=lambda hit: hit.distance)
 
     def objective_vector(self, objective: str):
-        return self._vector(objective, keep=True)
-
-    def _vector(self, text: str, keep: bool):
-        vector = self._vectors.get(text)
+        """The objective's vector, embedded once: recall asks about it all run long."""
+        vector = self._vectors.get(objective)
         if vector is None:
-            vector = self.embed_one(text)
-            if keep:
-                self._vectors[text] = vector
+            vector = self._vectors[objective] = self.embed_one(objective)
         return vector
 
     def has(self, where: dict) -> bool:
