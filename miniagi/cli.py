@@ -275,5 +275,18 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
+def entry() -> None:
+    """The `miniagi` command. Everything is written and closed by the time main() returns, so the process ends
+    at once: interpreter finalization can abort in native thread pools (onnxruntime, chromadb) that are still
+    winding down, turning a finished run's exit code into SIGABRT."""
+    code = main()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (BrokenPipeError, ValueError):
+        pass
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()
