@@ -82,20 +82,19 @@ class ContextBuilder:
     def __init__(self, counter: TokenCounter, max_tokens: int):
         self.counter = counter
         self.max_tokens = max_tokens
-        self._last_system: str | None = None
-        self._last_system_tokens = 0
+        self._system: str | None = None
+        self._system_tokens = 0
 
     def _message_tokens(self, messages: list[dict]) -> int:
-        return sum(self._count(m["content"]) + MESSAGE_OVERHEAD for m in messages)
+        return sum(self._count(m) + MESSAGE_OVERHEAD for m in messages)
 
-    def _count(self, text: str) -> int:
-        """Token counts, remembered for the one long text that comes back every step (the system prompt)."""
-        if text is self._last_system:
-            return self._last_system_tokens
-        tokens = self.counter.count(text)
-        if len(text) > 2000:
-            self._last_system, self._last_system_tokens = text, tokens
-        return tokens
+    def _count(self, message: dict) -> int:
+        """The system prompt is the same every step: its count is kept."""
+        if message["role"] != "system":
+            return self.counter.count(message["content"])
+        if message["content"] != self._system:
+            self._system, self._system_tokens = message["content"], self.counter.count(message["content"])
+        return self._system_tokens
 
     def check_fits(self, system: str, objective: str) -> None:
         """Fail at the start, not at step 40, when the fixed parts cannot fit."""

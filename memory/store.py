@@ -210,9 +210,6 @@ class VectorMemory:
             vector = self._vectors[objective] = self.embed_one(objective)
         return vector
 
-    def has(self, where: dict) -> bool:
-        return bool(self.collection.get(where=where, limit=1, include=[])["ids"])
-
     def delete(self, where: dict | None = None) -> int:
         """Delete the items matching where (everything when None); returns how many."""
         collection = self.collection

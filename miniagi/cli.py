@@ -10,6 +10,7 @@ import sys
 
 from . import __version__
 from .config import OPTIONS, ConfigError, resolve_settings
+from .runs import STATUSES
 
 COMMAND_HELP = {
     "run": "work on an objective (the default command)",
@@ -63,8 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_options(resume)
 
     runs = commands.add_parser("runs", help=COMMAND_HELP["runs"], description=COMMAND_HELP["runs"])
-    runs.add_argument("--status", choices=("done", "limit", "format_error", "stuck", "error", "interrupted",
-                                           "running"), help="only runs with this status")
+    runs.add_argument("--status", choices=STATUSES, help="only runs with this status")
     runs.add_argument("--json", action="store_true", help="print a JSON array of the runs' results")
     runs.add_argument("--home", default=None, help="where runs live [MINIAGI_HOME]")
 

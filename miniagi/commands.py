@@ -131,7 +131,7 @@ def ingest_data(workspace: "Workspace", spec: str) -> str:
     counter = workspace.counter
     chunks = split_by_tokens(document.text, counter, INGEST_CHUNK_TOKENS, overlap=INGEST_OVERLAP_TOKENS)
     kept = chunks[:MAX_INGEST_CHUNKS]
-    replaced = store.delete({"source": key}) if store.has({"source": key}) else 0
+    replaced = store.delete({"source": key})
     prefix = f"doc:{hashlib.sha1(key.encode()).hexdigest()[:16]}"
     label = document.title or source
     # stored at once, not in the background: the next step may ask about it

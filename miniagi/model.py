@@ -241,16 +241,22 @@ class ScriptedModel:
         self.calls: list[list[Message]] = []
 
     def complete(self, messages: list[Message], *, model: str, role: str = "agent") -> Completion:
-        from memory.tokens import counter_for
-
         if len(self.calls) >= len(self.replies):
             raise ScriptExhausted(f"the scripted model has no reply left for call {len(self.calls) + 1}")
         reply = self.replies[len(self.calls)]
         self.calls.append(messages)
         if isinstance(reply, Exception):
             raise reply
-        text = reply(messages) if callable(reply) else reply
-        prompt_tokens = _count_prompt_tokens(messages, model)
-        completion_tokens = counter_for(model).count(text)
-        return Completion(text=text, model=model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                          cost_usd=self.prices.cost(model, prompt_tokens, completion_tokens), latency_s=0.0)
+        return local_completion(messages, model, reply(messages) if callable(reply) else reply, self.prices)
+
+
+def local_completion(messages: list[Message], model: str, text: str, prices: PriceTable | None = None) -> Completion:
+    """A completion made here rather than by an endpoint (scripted, replayed): tokens counted as the model would,
+    priced by the table when one is given, else free."""
+    from memory.tokens import counter_for
+
+    prompt_tokens = _count_prompt_tokens(messages, model)
+    completion_tokens = counter_for(model).count(text)
+    cost = prices.cost(model, prompt_tokens, completion_tokens) if prices else 0.0
+    return Completion(text=text, model=model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                      cost_usd=cost, latency_s=0.0)

@@ -31,8 +31,3 @@ ls *.py | wc -l"""
 
 def system_prompt(workdir: str) -> str:
     return SYSTEM_PROMPT.format(format=FORMAT, commands=describe_commands(), workdir=workdir)
-
-
-def render_action(thought: str, command: str, arg: str) -> str:
-    """An action as the model should have written it: showing it back this way reinforces the format."""
-    return f"<r>{thought}</r><c>{command}</c>\n{arg}"

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .config import ConfigError, Settings
-from .model import Completion, ScriptExhausted
+from .model import Completion, ScriptExhausted, local_completion
 from .runs import RunRecord, RunStore
 
 
@@ -21,8 +21,6 @@ class ReplayModel:
         self.calls = 0
 
     def complete(self, messages: list[dict], *, model: str, role: str = "agent") -> Completion:
-        from memory.tokens import counter_for
-
         queue = self.queues.get(role)
         if not queue:
             if role == "agent":
@@ -32,9 +30,7 @@ class ReplayModel:
         else:
             text = queue.popleft()
         self.calls += 1
-        counter = counter_for(model)
-        return Completion(text=text, model=model, prompt_tokens=sum(counter.count(m["content"]) for m in messages),
-                          completion_tokens=counter.count(text), cost_usd=0.0, latency_s=0.0)
+        return local_completion(messages, model, text)
 
 
 @dataclass

@@ -6,7 +6,6 @@ stdout is kept for the final answer alone, so `miniagi "…" > answer.txt` works
 from __future__ import annotations
 
 import contextlib
-import json
 from dataclasses import dataclass
 
 from rich.console import Console
@@ -111,7 +110,3 @@ class Terminal:
 
 def _indent(text: str) -> str:
     return "\n".join("    " + line for line in text.splitlines())
-
-
-def print_json(data) -> None:
-    print(json.dumps(data, ensure_ascii=False))
