@@ -11,9 +11,9 @@ import os
 import queue
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 if TYPE_CHECKING:
     from .embeddings import Embedder
@@ -72,8 +72,10 @@ class VectorMemory:
     `add` stores at once; `add_later` hands items to a background writer that embeds and stores them in batches
     (one chromadb write costs ~15 ms however few items it holds), so the agent's step does not wait for it."""
 
-    def __init__(self, path: Path, embedder: "Embedder", url: str | None = None):
+    def __init__(self, path: Path, embedder: "Embedder", url: str | None = None,
+                 redact: Callable[[str], str] = lambda text: text):
         self.path = Path(path)
+        self.redact = redact  # nothing is stored (or embedded) before it has passed the secret gate
         self.url = url  # a chromadb server instead of the local folder: one memory for many machines
         self.embedder = embedder
         self._collection = None
@@ -165,7 +167,8 @@ class VectorMemory:
 
     def _store(self, items: list[MemoryItem], known: list) -> int:
         """Embed what has no vector yet, in one batch, and write everything in as few calls as chromadb allows."""
-        pairs = [(item, vector) for item, vector in zip(items, known) if item.text.strip()]
+        pairs = [(replace(item, text=self.redact(item.text), key=self.redact(item.key)), vector)
+                 for item, vector in zip(items, known) if item.text.strip()]
         if not pairs:
             return 0
         items = [item for item, _ in pairs]

@@ -23,16 +23,20 @@ from . import critic
 from .commands import COMMANDS, Submitted
 from .config import ConfigError, Settings, read_dotenv
 from .containment import Containment, Limits
-from .execution import ExecResult, PythonSession, Redactor, cap_text, child_environment, run_shell
+from .execution import ExecResult, PythonSession, cap_text, run_shell
 from .loops import STOP_AFTER, WARN_AFTER, LoopDetector
-from .model import Completion, Model, ModelUnavailable
+from .model import Completion, Model, ModelError, ModelUnavailable
 from .parser import Action, FormatError, parse_reply
 from .prompts import system_prompt
 from .runs import RunRecord, RunStore, now_iso
+from .sandbox import Sandbox
+from .secrets import Redactor, child_environment
 from .ui import Terminal
 from .websearch import DdgsBackend, SearchBackend
 
 MAX_FORMAT_ERRORS = 3  # malformed replies in a row before the run is given up
+CUT_OFF = ("it was cut off: it reached the length limit before it ended, so nothing in it was run. Send a shorter "
+           "reply — a brief thought and one command; write long code or a long text in parts over several steps")
 CHARS_PER_TOKEN = 4  # for cheap character caps that stay above a token cap
 
 EXIT_CODES = {"done": 0, "error": 1, "limit": 3, "format_error": 4, "stuck": 5, "interrupted": 130}
@@ -162,8 +166,12 @@ class Workspace:
         self.ui = agent.ui
         self.workdir = settings.workdir_path
         # the working directory is the code's home: caches and dotfiles it writes stay with the work
-        self.env = dict(child_environment(agent.environ), HOME=str(self.workdir))
+        self.env = dict(child_environment(agent.environ, settings.pass_env), HOME=str(self.workdir))
         self.containment = Containment(Limits(memory_mb=settings.exec_memory, cpu_s=settings.exec_timeout or 3600))
+        self.sandbox = Sandbox(self.containment.cgroup_procs, path=agent.environ.get("PATH"))
+        self.read_timeout = settings.read_timeout
+        self.redact = agent.redact
+        self.progress = agent.ui.progress
         self.max_chars = agent.max_chars
         self.memory = agent.memory
         self.search_backend = agent.search_backend
@@ -180,12 +188,12 @@ class Workspace:
     def python(self) -> PythonSession:
         if self._python is None:
             self._python = PythonSession(self.workdir, self.env, self.settings.exec_timeout, self.max_chars,
-                                         self.containment)
+                                         self.containment, self.sandbox)
         return self._python
 
     def shell(self, command_line: str) -> ExecResult:
         return run_shell(command_line, self.workdir, self.env, self.settings.exec_timeout, self.max_chars,
-                         self.containment)
+                         self.containment, self.sandbox)
 
     def ask_user(self, message: str) -> str:
         if not self.ui.interactive:
@@ -204,6 +212,7 @@ class Workspace:
     def close(self) -> None:
         if self._python is not None:
             self._python.close()
+        self.sandbox.close()
         self.containment.close()
 
 
@@ -220,23 +229,27 @@ class Agent:
         self.settings = settings
         self.search_backend = search_backend or DdgsBackend()
         self.environ = dict(os.environ if environ is None else environ)
+        # the gate every text crosses before a model request, the run's files, the vector store or the terminal
         self.redact = Redactor(self.environ, read_dotenv())
         if model is None:
             from .config import Endpoint
             from .model import OpenAIModel, PriceTable
 
-            model = OpenAIModel(Endpoint.from_environment(self.environ), PriceTable(settings.prices))
+            model = OpenAIModel(Endpoint.from_environment(self.environ), PriceTable(settings.prices),
+                                request_timeout_s=settings.request_timeout)
         self.model = model
         interactive = not settings.unattended and sys.stdin is not None and sys.stdin.isatty()
         self.ui = ui or Terminal(interactive=interactive, debug=settings.debug)
+        self.ui.redact = self.redact
         self.store = RunStore(settings.home_path, self.redact)
         self.counter = counter_for(settings.model)
         self.critic_counter = counter_for(settings.model_for("critic"))
         self.contexts = ContextBuilder(self.counter, settings.max_context_tokens)
-        self.vectors = open_vector_memory(settings, self.environ, model)
+        self.vectors = open_vector_memory(settings, self.environ, model, self.redact)
         self.system = system_prompt(str(settings.workdir_path))
         self.max_chars = settings.max_memory_item_tokens * CHARS_PER_TOKEN * 2
         self.alerts: list[str] = []
+        self.isolation: str | None = None  # how executed code is kept from the agent's process (set per run)
 
     # --- starting and resuming -------------------------------------------------------------------------------
     def run(self, objective: str, origin: dict | None = None) -> RunResult:
@@ -244,6 +257,8 @@ class Agent:
         objective = objective.strip()
         if not objective:
             raise ConfigError("the objective is empty: say what the agent should do")
+        if "\x00" in objective:
+            raise ConfigError("the objective contains a NUL byte: give it as plain text")
         self._check_budget(objective)
         self._check_endpoint()
         record = self.store.create()
@@ -264,6 +279,15 @@ class Agent:
                            "variables, imports and functions from earlier steps are gone; files on disk remain.")
         state.status = "running"
         return self._drive(record, state, resumed=True)
+
+    def _report_isolation(self, sandbox: Sandbox) -> None:
+        """Executed code runs in a namespace of its own where the platform allows; where not, say so, once."""
+        self.isolation = "namespace" if sandbox.isolated else f"none: {sandbox.reason}"
+        if not sandbox.isolated:
+            self.ui.warn(f"executed code is NOT isolated from the agent's process: {sandbox.reason}. It can see the "
+                         "agent's process in /proc and signal it.")
+        self.record.append({"type": "isolation", "step": self.state.step, "isolated": sandbox.isolated,
+                            "reason": sandbox.reason})
 
     def _check_endpoint(self) -> None:
         check = getattr(self.model, "check_reachable", None)
@@ -288,6 +312,7 @@ class Agent:
         message, exit_code = "", 0
         restore_sigterm = _raise_on_sigterm()
         try:
+            self._report_isolation(workspace.sandbox)
             self._save("running")
             if not resumed:
                 self._remember(self.memory.item("objective", state.objective))
@@ -295,12 +320,12 @@ class Agent:
                 self._check_limits()
                 self._step(workspace)
         except Submitted as submitted:
-            state.status, state.answer = "done", submitted.answer
+            state.status, state.answer = "done", self.redact(submitted.answer)
             self._remember(self.memory.item("answer", f"Objective: {state.objective}\nFinal answer: "
                                                       f"{submitted.answer}", state.step))
         except Stop as stop:
             state.status, message, exit_code = stop.status, str(stop), stop.exit_code
-        except ModelUnavailable as exc:
+        except (ModelUnavailable, ModelError) as exc:  # the endpoint down, hung, or refusing the request
             state.status, exit_code = "error", 2
             message = f"{exc}. The run is saved: `miniagi resume {record.run_id}` continues it."
         except ConfigError as exc:  # the endpoint refused us (bad key, unknown model)
@@ -338,6 +363,10 @@ class Agent:
         if state.step >= settings.max_steps:
             raise LimitReached(f"step limit reached ({settings.max_steps} steps). Continue with "
                                f"`miniagi resume {self.record.run_id} --max-steps {settings.max_steps * 2}`")
+        self._check_cost()
+
+    def _check_cost(self) -> None:
+        state, settings = self.state, self.settings
         if settings.max_cost and state.cost_usd >= settings.max_cost:
             raise LimitReached(f"cost limit reached (${state.cost_usd:.4f} of ${settings.max_cost:g}). Continue with "
                                f"`miniagi resume {self.record.run_id} --max-cost {settings.max_cost * 2:g}`")
@@ -364,6 +393,8 @@ class Agent:
             completion = self._ask("agent", context.messages, number)
         state.step = number  # a turn is taken once the model has answered
         try:
+            if completion.finish_reason == "length":
+                raise FormatError(CUT_OFF, completion.text)
             action = self._read(completion.text)
         except FormatError as error:
             self._format_error(number, completion.text, error)
@@ -460,7 +491,7 @@ class Agent:
                 return approval.observation
         try:
             return command.run(workspace, action.arg)
-        except (Submitted, KeyboardInterrupt):
+        except (Submitted, Stop, KeyboardInterrupt, ModelUnavailable, ModelError, ConfigError):
             raise
         except Exception as exc:  # a failing command is an observation, never the end of the run
             return f"{command.name} failed: {type(exc).__name__}: {exc}"
@@ -495,12 +526,17 @@ class Agent:
             self.ui.warn(f"some memories of this run could not be stored: {type(exc).__name__}: {exc}")
 
     def _ask(self, role: str, messages: list[dict], step: int) -> Completion:
+        """Every model call of the run goes through here: the cost limit is checked first (also for the many
+        calls inside one process_data or summary), and no secret passes into the request."""
+        self._check_cost()
         model = self.settings.model_for(role)
+        messages = self.redact.messages(messages)
         completion = self.model.complete(messages, model=model, role=role)
         self.state.count_call(completion)
         event = {"type": "llm_call", "step": step, "role": role, "model": model, "response": completion.text,
                  "prompt_tokens": completion.prompt_tokens, "completion_tokens": completion.completion_tokens,
-                 "cost_usd": completion.cost_usd, "latency_s": round(completion.latency_s, 4)}
+                 "cost_usd": completion.cost_usd, "latency_s": round(completion.latency_s, 4),
+                 "finish_reason": completion.finish_reason}
         if self.settings.debug:
             event["messages"] = messages
         self.record.append(event)
@@ -526,11 +562,12 @@ class Agent:
                   "prompt_tokens": state.prompt_tokens, "completion_tokens": state.completion_tokens,
                   "cost_usd": round(state.cost_usd, 6), "started_at": state.started_at,
                   "ended_at": None if status == "running" else now_iso(), "model": self.settings.model,
-                  "exit_code": exit_code, "message": message}
+                  "exit_code": exit_code, "message": message, "code_isolation": self.isolation}
         return result
 
 
-def open_vector_memory(settings: Settings, environ: Mapping[str, str], model) -> VectorMemory | None:
+def open_vector_memory(settings: Settings, environ: Mapping[str, str], model,
+                       redact=lambda text: text) -> VectorMemory | None:
     """The persistent memory under $MINIAGI_HOME/memory (opened lazily, on first use), or None when off."""
     if settings.memory_scope == "off":
         return None
@@ -548,7 +585,7 @@ def open_vector_memory(settings: Settings, environ: Mapping[str, str], model) ->
 
             client = OpenAIModel(Endpoint.from_environment(environ)).client
         embedder = EndpointEmbedder(client, settings.embedding_model)
-    return VectorMemory(settings.home_path / "memory", embedder, url=settings.memory_url)
+    return VectorMemory(settings.home_path / "memory", embedder, url=settings.memory_url, redact=redact)
 
 
 def _raise_on_sigterm():

@@ -21,8 +21,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .config import OPTIONS_BY_NAME, ConfigError, Settings
+from .config import OPTIONS_BY_NAME, ConfigError, Settings, read_dotenv
 from .runs import now_iso
+from .secrets import Redactor, redact_data
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,7 @@ class Objective:
     id: str
     objective: str
     overrides: dict = field(default_factory=dict)
+    problem: str = ""  # why this objective cannot run (a bad option): it fails alone, with its own results line
 
 
 def read_objectives(path: Path) -> list[Objective]:
@@ -41,7 +43,11 @@ def read_objectives(path: Path) -> list[Objective]:
     if suffix not in (".txt", ".jsonl"):
         raise ConfigError(f"{path}: a batch file is .txt (one objective per line) or .jsonl")
     objectives: list[Objective] = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    for number, line in enumerate(lines, start=1):
         text = line.strip()
         if not text or (suffix == ".txt" and text.startswith("#")):
             continue
@@ -56,14 +62,17 @@ def read_objectives(path: Path) -> list[Objective]:
             raise ConfigError(f"{path}:{number}: each line needs an \"objective\"")
         overrides = {k: v for k, v in data.items() if k not in ("id", "objective")}
         unknown = [k for k in overrides if k not in OPTIONS_BY_NAME]
+        problem = ""
         if unknown:
-            raise ConfigError(f"{path}:{number}: unknown option {unknown[0]!r} (options are the long names of "
-                              f"`miniagi run`, with underscores: {', '.join(OPTIONS_BY_NAME)})")
-        try:
-            Settings().with_overrides(overrides)
-        except ConfigError as exc:
-            raise ConfigError(f"{path}:{number}: {exc}") from None
-        objectives.append(Objective(str(data.get("id", number)), data["objective"].strip(), overrides))
+            problem = (f"{path}:{number}: unknown option {unknown[0]!r} (options are the long names of "
+                       f"`miniagi run`, with underscores: {', '.join(OPTIONS_BY_NAME)})")
+        else:
+            try:
+                Settings().with_overrides(overrides)
+            except ConfigError as exc:
+                problem = f"{path}:{number}: {exc}"
+        objectives.append(Objective(str(data.get("id", number)), str(data["objective"]).strip(),
+                                    {} if problem else overrides, problem))
     ids = [o.id for o in objectives]
     duplicate = next((i for i in ids if ids.count(i) > 1), None)
     if duplicate is not None:
@@ -108,6 +117,7 @@ class Batch:
         self.finished: dict[str, dict] = {}
         self.spent = 0.0
         self.stopping = False
+        self.redact = Redactor(os.environ, read_dotenv())  # results and logs pass the same gate as a run's files
 
     # --- one objective --------------------------------------------------------------------------------------------
     def _option_env(self, objective: Objective) -> dict[str, str]:
@@ -118,6 +128,19 @@ class Batch:
         return env
 
     def _run_one(self, objective: Objective) -> dict:
+        if objective.problem:  # a bad option: this objective fails alone, the others run
+            return self._record(self._failed(objective, objective.problem))
+        try:
+            return self._run_process(objective)
+        except Exception as exc:  # whatever goes wrong with one objective stays with it
+            return self._record(self._failed(objective, f"{type(exc).__name__}: {exc}"))
+
+    def _failed(self, objective: Objective, message: str) -> dict:
+        return {"id": objective.id, "objective": objective.objective, "status": "error", "answer": None,
+                "run_id": None, "steps": 0, "cost_usd": 0.0, "exit_code": None, "message": message,
+                "finished_at": now_iso()}
+
+    def _run_process(self, objective: Objective) -> dict:
         if self.cluster is not None:  # on whichever node of the Ray cluster has room
             reference = self.cluster.submit(objective.objective, self._option_env(objective), self.timeout_s)
             with self.lock:
@@ -133,23 +156,26 @@ class Batch:
                                     on_end=lambda: self._ended(objective))
         self.logs.mkdir(parents=True, exist_ok=True)
         log_path = self.logs / f"{_safe(objective.id)}.log"
-        log_path.write_text(outcome.stderr, encoding="utf-8")
+        log_path.write_text(self.redact(outcome.stderr), encoding="utf-8")
         summary = _last_json(outcome.stdout)
         message = ""
         if outcome.timed_out:
             message = f"stopped after the batch's --timeout of {self.timeout_s:g} s"
         elif not summary:
-            message = f"the run ended without a result (exit {outcome.returncode}); see {log_path}"
-        record = {"id": objective.id, "objective": objective.objective,
-                  "status": "error" if outcome.timed_out else summary.get("status", "error"),
+            said = [line for line in outcome.stderr.strip().splitlines() if line.strip()]
+            message = (f"the run ended without a result (exit {outcome.returncode})"
+                       + (f": {said[-1].strip()}" if said else "") + f"; see {log_path}")
+        status = "error" if outcome.timed_out else summary.get("status", "error")
+        if outcome.returncode == 130 and not summary:
+            status = "interrupted"
+        record = {"id": objective.id, "objective": objective.objective, "status": status,
                   "answer": summary.get("answer"), "run_id": summary.get("run_id"),
                   "steps": summary.get("steps", 0), "cost_usd": summary.get("cost_usd", 0.0),
                   "exit_code": outcome.returncode, "message": message or summary.get("message", ""),
                   "finished_at": now_iso()}
         if self.cluster is not None:
             record["node"] = outcome.node
-        self._record(record)
-        return record
+        return self._record(record)
 
     def _started(self, objective: Objective, process: subprocess.Popen) -> None:
         with self.lock:
@@ -159,7 +185,8 @@ class Batch:
         with self.lock:
             self.running.pop(objective.id, None)
 
-    def _record(self, record: dict) -> None:
+    def _record(self, record: dict) -> dict:
+        record = redact_data(self.redact, record)
         with self.lock:
             self.out.mkdir(parents=True, exist_ok=True)
             with open(self.results_path, "a", encoding="utf-8") as results:
@@ -170,6 +197,7 @@ class Batch:
         self.console.print(Text.assemble((f"{record['id']} ", "bold"), (record["status"], style),
                                          (f"  {record['steps']} steps · ${record['cost_usd'] or 0:.4f}  ", "dim"),
                                          _preview(record.get("answer") or record.get("message") or "")))
+        return record
 
     # --- the batch ------------------------------------------------------------------------------------------------
     def run(self) -> int:
@@ -272,15 +300,16 @@ def run_objective(objective: str, env: dict, timeout_s: float | None, on_start=N
     """One objective as its own `miniagi run` process, in its own process group. Here or on a Ray node."""
     import socket
 
-    process = subprocess.Popen([sys.executable, "-m", "miniagi", "run", "--json", "--", objective], env=env,
-                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)
+    # the objective goes in on stdin (`run -`): no limit on its size, and any text at all can be carried
+    process = subprocess.Popen([sys.executable, "-m", "miniagi", "run", "--json", "-"], env=env,
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               encoding="utf-8", errors="replace", start_new_session=True)
     if on_start:
         on_start(process)
     timed_out = False
     try:
         try:
-            stdout, stderr = process.communicate(timeout=timeout_s)
+            stdout, stderr = process.communicate(objective, timeout=timeout_s)
         except (subprocess.TimeoutExpired, KeyboardInterrupt) as stop:  # a timeout, or a cancelled Ray task
             timed_out = isinstance(stop, subprocess.TimeoutExpired)
             os.killpg(process.pid, signal.SIGINT)  # let it save its state, then insist

@@ -4,6 +4,7 @@ runs. Usage and configuration problems print one line and exit 2."""
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import sys
@@ -37,7 +38,7 @@ def _add_run_options(parser: argparse.ArgumentParser, with_json: bool = True) ->
                                    help=f"{option.help} [{env}]")
         else:
             group.add_argument(option.flag, dest=option.name, metavar=option.metavar, default=None,
-                               help=f"{option.help} [{env}]")
+                               action="append" if option.repeatable else "store", help=f"{option.help} [{env}]")
     if with_json:
         parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
 
@@ -53,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     run = commands.add_parser("run", help=COMMAND_HELP["run"], description=COMMAND_HELP["run"])
-    run.add_argument("objective", nargs="+", help="what the agent should achieve")
+    run.add_argument("objective", nargs="+", help="what the agent should achieve (- reads it from stdin)")
     _add_run_options(run)
 
     resume = commands.add_parser("resume", help=COMMAND_HELP["resume"],
@@ -130,7 +131,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .agent import Agent
 
     settings = resolve_settings(_flags(args))
-    result = Agent(settings).run(" ".join(args.objective))
+    objective = " ".join(args.objective)
+    if objective == "-":  # from stdin: any size, any text (this is how batch hands objectives over)
+        objective = sys.stdin.read()
+    result = Agent(settings).run(objective)
     return _finish(result, args.json)
 
 
@@ -236,6 +240,9 @@ def _store(args: argparse.Namespace):
     return RunStore(resolve_settings({"home": args.home}).home_path)
 
 
+# a home that cannot be used is a configuration problem; anything else that fails to write is the disk
+UNUSABLE_PLACE = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EEXIST, errno.EISDIR}
+
 HANDLERS = {"run": cmd_run, "resume": cmd_resume, "runs": cmd_runs, "show": cmd_show, "memory": cmd_memory,
             "batch": cmd_batch, "replay": cmd_replay}
 
@@ -273,6 +280,10 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:  # `miniagi runs | head`
         return 0
+    except OSError as error:  # the home or the disk: unwritable, full, a file where a folder should be
+        where = f" {error.filename}" if error.filename else ""
+        print(f"miniagi: cannot use{where}: {error.strerror or error}", file=sys.stderr)
+        return 2 if error.errno in UNUSABLE_PLACE else 1  # else: the disk (full, failing)
 
 
 def entry() -> None:

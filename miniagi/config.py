@@ -49,11 +49,26 @@ def parse_non_negative_float(text: str) -> float:
     return value
 
 
+def parse_positive_float(text: str) -> float:
+    value = parse_non_negative_float(text)
+    if value <= 0:
+        raise ValueError(f"{text!r} must be more than 0")
+    return value
+
+
 def parse_memory_scope(text: str) -> str:
     value = str(text).strip().lower()
     if value not in ("global", "run", "off"):
         raise ValueError(f"{text!r} is not one of global, run, off")
     return value
+
+
+def parse_names(text: str) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(n.strip() for n in str(text).split(",") if n.strip()))
+    bad = [n for n in names if not n.replace("_", "a").isalnum() or n[0].isdigit()]
+    if bad:
+        raise ValueError(f"{bad[0]!r} is not an environment variable name")
+    return names
 
 
 def parse_text(text: str) -> str:
@@ -72,6 +87,7 @@ class Option:
     negated_alias: str | None = None  # an alias whose truth value means the opposite (PROMPT_USER)
     boolean: bool = False
     metavar: str | None = None
+    repeatable: bool = False  # the flag may be given several times; the environment variable is comma-separated
 
     @property
     def flag(self) -> str:
@@ -105,6 +121,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("home", parse_text, "where runs/ and the persistent memory live (default ~/.miniagi)", metavar="DIR"),
     Option("exec_timeout", parse_non_negative_float, "time limit in seconds of one execute_python / execute_shell",
            metavar="S"),
+    Option("pass_env", parse_names, "an environment variable executed code may see, besides the harmless ones it "
+           "always sees (PATH, LANG, LC_*, TERM, TZ, proxies); repeatable", metavar="NAME", repeatable=True),
+    Option("request_timeout", parse_positive_float, "give up on a model request that answers nothing for S seconds "
+           "(retried once, then the run stops, resumable)", metavar="S"),
+    Option("read_timeout", parse_positive_float, "total time allowed to read one file or URL (ingest_data, "
+           "process_data)", metavar="S"),
     Option("exec_memory", parse_positive_int, "memory limit in MB of each process that executed code starts",
            metavar="MB"),
     Option("yes", parse_bool, "run commands without asking for approval", negated_alias="PROMPT_USER",
@@ -139,6 +161,9 @@ class Settings:
     home: str = "~/.miniagi"
     exec_timeout: float = 120.0
     exec_memory: int = 4096
+    pass_env: tuple[str, ...] = ()
+    request_timeout: float = 120.0
+    read_timeout: float = 60.0
     yes: bool = False
     unattended: bool = False
     debug: bool = False
@@ -166,7 +191,10 @@ class Settings:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Settings":
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        values = {k: v for k, v in data.items() if k in known}
+        if isinstance(values.get("pass_env"), list):
+            values["pass_env"] = tuple(values["pass_env"])
+        return cls(**values)
 
     def with_overrides(self, values: Mapping[str, Any]) -> "Settings":
         """Apply already-typed or textual overrides (CLI flags at resume, .jsonl batch keys)."""
@@ -182,6 +210,8 @@ class Settings:
 
 
 def _parse(option: Option, value: Any, source: str) -> Any:
+    if option.repeatable and isinstance(value, (list, tuple)):
+        value = ",".join(str(v) for v in value)
     if not isinstance(value, str):
         if option.boolean and isinstance(value, bool):
             return value
@@ -202,7 +232,12 @@ def read_dotenv(directory: Path | None = None) -> dict[str, str]:
         return {}
     from dotenv import dotenv_values
 
-    return {k: v for k, v in dotenv_values(path).items() if v is not None}
+    try:
+        return {k: v for k, v in dotenv_values(path, encoding="utf-8").items() if v is not None}
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start}): save it as UTF-8") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
 def resolve_settings(

@@ -7,7 +7,8 @@ Every execute_python worker and execute_shell command gets:
 - CPU time: RLIMIT_CPU per snippet / command, on top of the wall-clock --exec-timeout;
 - number of processes: a cgroup `pids` limit when one can be made (always as root, where RLIMIT_NPROC is not
   enforced), else RLIMIT_NPROC set to what the user already runs plus the allowance;
-- no core dumps, its own process group, the working directory as HOME, no secrets in the environment.
+- no core dumps, its own process group (and PID namespace, see sandbox.py), the working directory as HOME,
+  an allow-listed environment.
 
 This contains accidents and runaway code; it is not a security boundary against hostile code, which can still read
 and write whatever the user can. For that, run miniagi in a container (see the README).
@@ -148,16 +149,19 @@ class Containment:
 
     def worker_settings(self) -> dict:
         return {"data_bytes": self.limits.memory_bytes, "file_bytes": self.limits.file_bytes,
-                "cpu_s": self.limits.cpu_s, "nproc": self.nproc,
-                "cgroup_procs": self.cap.procs_file if self.cap else None}
+                "cpu_s": self.limits.cpu_s, "nproc": self.nproc}
+
+    @property
+    def cgroup_procs(self) -> str | None:
+        """The file a process writes its pid to, to join the run's pids cgroup (the sandbox does it)."""
+        return self.cap.procs_file if self.cap else None
 
     def shell_prefix(self, shell: str) -> str:
-        """Lines run before the command: join the cgroup, then lower the limits (soft and hard)."""
+        """Lines run before the command: lower the limits (soft and hard)."""
         block = 512 if not shell.endswith("bash") else 1024  # POSIX sh counts ulimit -f in 512-byte blocks
         limits = [f"-d {self.limits.memory_bytes // 1024}", f"-f {self.limits.file_bytes // block}", "-c 0",
                   f"-t {int(self.limits.cpu_s) + 1}"] + ([f"-u {self.nproc}"] if self.nproc else [])
-        join = f"echo $$ > {self.cap.procs_file} 2>/dev/null; " if self.cap else ""
-        return join + "; ".join(f"ulimit {limit} 2>/dev/null" for limit in limits) + "\n"
+        return "; ".join(f"ulimit {limit} 2>/dev/null" for limit in limits) + "\n"
 
     def close(self) -> None:
         if self.cap:

@@ -1,7 +1,7 @@
 """Running the agent's code: a persistent Python worker per run and one-off shell commands.
 
-Both run in the work directory, in a process group of their own, with no secrets in their environment and no
-stdin; both are bounded by a time limit that takes their whole process group down; both write their output to a
+Both run in the work directory, in a process group of their own (and a PID namespace of their own where Linux
+allows it, see sandbox.py), with an allow-listed environment and no stdin; both are bounded by a time limit that takes their whole process group down; both write their output to a
 file so that a 10 MB print or a background process holding the pipe can neither flood memory nor hang us.
 """
 
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import select
 import shutil
 import signal
@@ -22,37 +21,9 @@ from pathlib import Path
 from typing import Mapping
 
 from .containment import Containment
+from .sandbox import Launch, Sandbox
 
-SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE|PRIVATE", re.I)
-SECRET_PREFIXES = ("OPENAI_", "MINIAGI_WORKER_")
 INTERRUPT_GRACE_S = 2.0
-
-
-def is_secret_name(name: str) -> bool:
-    return bool(SECRET_NAME.search(name)) or name.upper().startswith(SECRET_PREFIXES)
-
-
-def child_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The parent's environment minus every key/token/secret/password variable and the model endpoint."""
-    environ = os.environ if environ is None else environ
-    return {name: value for name, value in environ.items() if not is_secret_name(name)}
-
-
-class Redactor:
-    """Replaces known secret values wherever they would be shown to the model or written to a run's files."""
-
-    MIN_LENGTH = 6  # shorter values would redact ordinary words
-
-    def __init__(self, *sources: Mapping[str, str]):
-        values = {value.strip() for source in sources for name, value in source.items()
-                  if value and is_secret_name(name) and len(value.strip()) >= self.MIN_LENGTH}
-        self.values = sorted(values, key=len, reverse=True)
-
-    def __call__(self, text: str) -> str:
-        for value in self.values:
-            if value in text:
-                text = text.replace(value, "[REDACTED]")
-        return text
 
 
 def cut_marker(cut_chars: int) -> str:
@@ -104,9 +75,9 @@ def _live_members(pgid: int) -> bool:
     return any(_in_group(entry, pgid, live_only=True) for entry in Path("/proc").iterdir() if entry.name.isdigit())
 
 
-def kill_group_members(pgid: int, spare: int, only_cmdline: bytes | None = None) -> int:
-    """SIGKILL every process of a group but one — or only those running `only_cmdline` — until none is left
-    (a fork bomb refills the group while we kill). Linux /proc; returns how many were killed."""
+def kill_group_members(pgid: int, spare: set[int]) -> int:
+    """SIGKILL every process of a group but the spared ones until none is left (a fork bomb refills the group
+    while we kill). Linux /proc; returns how many were killed."""
     proc = Path("/proc")
     if not proc.is_dir():
         return 0
@@ -114,13 +85,9 @@ def kill_group_members(pgid: int, spare: int, only_cmdline: bytes | None = None)
     for _ in range(50):
         found = 0
         for entry in proc.iterdir():
-            if not entry.name.isdigit() or int(entry.name) == spare:
-                continue
-            if not _in_group(entry, pgid):
+            if not entry.name.isdigit() or int(entry.name) in spare or not _in_group(entry, pgid, live_only=True):
                 continue
             try:
-                if only_cmdline is not None and (entry / "cmdline").read_bytes() != only_cmdline:
-                    continue
                 os.kill(int(entry.name), signal.SIGKILL)
                 found += 1
             except OSError:
@@ -131,12 +98,12 @@ def kill_group_members(pgid: int, spare: int, only_cmdline: bytes | None = None)
     return killed
 
 
-def wait_group_empty(pgid: int, spare: int, timeout_s: float = 3.0) -> None:
+def wait_group_empty(pgid: int, spare: set[int], timeout_s: float = 3.0) -> None:
     """Until the killed members of a group are gone from /proc (reaped), so their process slots are free."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if not any(_in_group(entry, pgid) for entry in Path("/proc").iterdir()
-                   if entry.name.isdigit() and int(entry.name) != spare):
+                   if entry.name.isdigit() and int(entry.name) not in spare):
             return
         time.sleep(0.02)
 
@@ -169,8 +136,9 @@ class PythonSession:
     take the agent down, and a fresh worker replaces a dead one."""
 
     def __init__(self, workdir: Path, env: Mapping[str, str], timeout_s: float, max_chars: int,
-                 containment: Containment | None = None):
+                 containment: Containment | None = None, sandbox: Sandbox | None = None):
         self.containment = containment
+        self.sandbox = sandbox
         self.workdir = Path(workdir)
         self.env = dict(env)
         self.timeout_s = timeout_s
@@ -189,10 +157,11 @@ class PythonSession:
                    MINIAGI_WORKER_RESPONSE_FD=str(response_write),
                    MINIAGI_WORKER_LIMITS=json.dumps(self.containment.worker_settings() if self.containment else {}))
         self.workdir.mkdir(parents=True, exist_ok=True)
+        launch = _launch(self.sandbox, [sys.executable, "-u", "-m", "miniagi.worker"])
         self.process = subprocess.Popen(
-            [sys.executable, "-u", "-m", "miniagi.worker"], cwd=self.workdir, env=self._worker_env(env),
+            launch.argv, cwd=self.workdir, env=self._worker_env(env),
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            pass_fds=(request_read, response_write), start_new_session=True)
+            pass_fds=(request_read, response_write, *launch.pass_fds), start_new_session=True)
         os.close(request_read)
         os.close(response_write)
         self.requests = os.fdopen(request_write, "w", encoding="utf-8")
@@ -230,13 +199,12 @@ class PythonSession:
         if reply is None:
             return self._worker_died(restarted)
         notes = [restarted] if restarted else []
-        forks = self._stop_worker_forks() if reply.get("forked", True) else 0
         output = read_capped(self.output_path, self.max_chars)
         if reply["status"] == "interrupted":
             notes.append("The code was interrupted (KeyboardInterrupt).")
-        if forks:
-            notes.append(f"{forks} forked copies of the Python process were still running after the code ended "
-                         "and were stopped.")
+        if reply.get("forks_stopped"):
+            notes.append(f"{reply['forks_stopped']} forked copies of the Python process were still running after "
+                         "the code ended and were stopped.")
         return ExecResult(output, note="\n".join(notes), ok=reply["status"] == "ok")
 
     def _wait_reply(self, timeout_s: float) -> dict | None:
@@ -255,21 +223,9 @@ class PythonSession:
             if buffer.endswith(b"\n"):
                 return json.loads(buffer)
 
-    def _stop_worker_forks(self) -> int:
-        """Copies of the worker made by os.fork() that outlive the snippet (a fork bomb, a pool left open) would
-        share its pipes: stop them. Processes the snippet started with exec (a server via Popen) stay."""
-        try:
-            cmdline = Path(f"/proc/{self.process.pid}/cmdline").read_bytes()
-        except OSError:
-            return 0
-        killed = kill_group_members(self.process.pid, spare=self.process.pid, only_cmdline=cmdline)
-        if killed:
-            wait_group_empty(self.process.pid, spare=self.process.pid)
-        return killed
-
     def _timed_out(self) -> ExecResult:
         """Interrupt the snippet (state survives); anything it started is killed; a worker that ignores the
-        interrupt is killed with its whole process group."""
+        interrupt is killed with its whole process group. (The namespace's init and unshare ignore SIGINT.)"""
         pgid = self.process.pid
         kill_process_group(pgid, signal.SIGINT)
         try:
@@ -279,7 +235,7 @@ class PythonSession:
         output = read_capped(self.output_path, self.max_chars)
         limit = f"Timed out after {self.timeout_s:g} s (--exec-timeout)"
         if reply is not None:
-            kill_group_members(pgid, spare=pgid)
+            kill_group_members(pgid, spare=_spared(self.sandbox, pgid))
             return ExecResult(output, ok=False, note=(
                 f"{limit}: the code was interrupted and any process it started was killed. The Python session "
                 "keeps its variables. Make long work faster or split it into smaller steps."))
@@ -291,14 +247,12 @@ class PythonSession:
 
     def _worker_died(self, restarted: str) -> ExecResult:
         code = self.process.wait() if self.process else None
-        how = (f"was killed by signal {signal.Signals(-code).name}" if code is not None and code < 0
-               else f"exited with code {code}")
         output = read_capped(self.output_path, self.max_chars) if self.output_path.exists() else ""
         self._close_worker()
         return ExecResult(output, ok=False, note="\n".join(filter(None, [restarted, (
-            f"The Python worker process {how} while running this code (os._exit(), a crash, or running out of "
-            "memory). A fresh worker starts with the next code: variables, imports and functions from earlier "
-            "steps are lost and must be defined again.")])))
+            f"The Python worker process {describe_exit(code)} while running this code (os._exit(), a crash, or "
+            "running out of memory). A fresh worker starts with the next code: variables, imports and functions "
+            "from earlier steps are lost and must be defined again.")])))
 
     def _close_worker(self) -> None:
         if self.process is not None:
@@ -318,13 +272,35 @@ class PythonSession:
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 
+def describe_exit(code: int | None) -> str:
+    """How a process ended, in words; inside a namespace a signal arrives as the shell-style 128 + N."""
+    if code is None:
+        return "ended"
+    signum = -code if code < 0 else code - 128 if code > 128 else 0
+    try:
+        name = signal.Signals(signum).name if signum else ""
+    except ValueError:
+        name = ""
+    if name:
+        return f"was killed by signal {name}" + (f" (exit code {code})" if code > 0 else "")
+    return f"exited with code {code}"
+
+
+def _launch(sandbox: Sandbox | None, argv: list[str]) -> Launch:
+    return sandbox.launch(argv) if sandbox is not None else Launch(argv, ())
+
+
+def _spared(sandbox: Sandbox | None, leader: int) -> set[int]:
+    return sandbox.spared(leader) if sandbox is not None else {leader}
+
+
 def shell_program() -> list[str]:
     bash = shutil.which("bash")
     return [bash, "-c"] if bash else ["/bin/sh", "-c"]
 
 
 def run_shell(command: str, workdir: Path, env: Mapping[str, str], timeout_s: float, max_chars: int,
-              containment: Containment | None = None) -> ExecResult:
+              containment: Containment | None = None, sandbox: Sandbox | None = None) -> ExecResult:
     """One shell command line: no stdin (interactive programs fail fast), output and exit code reported."""
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -333,12 +309,13 @@ def run_shell(command: str, workdir: Path, env: Mapping[str, str], timeout_s: fl
         with open(output_path, "wb") as output:
             program = shell_program()
             prefix = containment.shell_prefix(program[0]) if containment else ""
-            process = subprocess.Popen([*program, prefix + command], cwd=workdir, env=dict(env),
-                                       stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
+            launch = _launch(sandbox, [*program, prefix + command])
+            process = subprocess.Popen(launch.argv, cwd=workdir, env=dict(env), stdin=subprocess.DEVNULL,
+                                       stdout=output, stderr=subprocess.STDOUT, pass_fds=launch.pass_fds,
                                        start_new_session=True)
             try:
                 code = process.wait(timeout=timeout_s or None)
-                note = f"exit code {code}" if code >= 0 else f"killed by signal {signal.Signals(-code).name}"
+                note = f"exit code {code}" if 0 <= code <= 128 else describe_exit(code)
                 # background jobs end with the command (start long-lived servers from execute_python instead)
                 kill_process_group(process.pid)
             except subprocess.TimeoutExpired:

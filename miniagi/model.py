@@ -26,6 +26,7 @@ class Completion:
     completion_tokens: int
     cost_usd: float
     latency_s: float
+    finish_reason: str = "stop"  # "length": the reply was cut off at the token limit
 
 
 class Model(Protocol):
@@ -43,6 +44,10 @@ class ModelRejected(ConfigError):
 
 class ModelError(Exception):
     """The endpoint answered with an error that retrying will not fix."""
+
+
+class BadResponse(Exception):
+    """A 200 answer that is not a chat completion (an HTML error page from a proxy, a truncated body)."""
 
 
 # USD per 1M tokens (input, output). Overridable with --prices FILE; unknown models cost 0.
@@ -108,7 +113,7 @@ class OpenAIModel:
     """Any OpenAI-compatible chat endpoint (OpenAI, Ollama, vLLM, llama.cpp server, LM Studio, gateways)."""
 
     def __init__(self, endpoint: Endpoint, prices: PriceTable | None = None, *, retries: int = 4,
-                 backoff_s: float = 0.5, request_timeout_s: float = 600.0):
+                 backoff_s: float = 0.5, request_timeout_s: float = 120.0, timeout_retries: int = 1):
         import httpx
         import openai
 
@@ -116,13 +121,17 @@ class OpenAIModel:
         self.endpoint = endpoint
         self.prices = prices or PriceTable()
         self.retries = retries
+        self.timeout_retries = timeout_retries  # a silent endpoint costs request_timeout_s per try: few tries
+        self.request_timeout_s = request_timeout_s
         self.backoff_s = backoff_s
         # a local server needs no key, but the client insists on one
         self.client = openai.OpenAI(
             api_key=endpoint.api_key or "not-needed",
             base_url=endpoint.base_url,
             max_retries=0,  # we retry ourselves, so every attempt is bounded and visible
-            timeout=httpx.Timeout(request_timeout_s, connect=10.0),
+            # no byte for request_timeout_s (between bytes, not in all): a hung server is caught, and a long
+            # generation that is still sending is not cut
+            timeout=httpx.Timeout(request_timeout_s, connect=min(10.0, request_timeout_s)),
         )
 
     def check_reachable(self, timeout_s: float = 5.0) -> None:
@@ -143,11 +152,16 @@ class OpenAIModel:
         import openai
 
         where = self.endpoint.base_url or "the OpenAI API"
-        last_problem = ""
+        problem, timeouts, attempts = "", 0, 0
         for attempt in range(self.retries + 1):
+            attempts += 1
             started = time.monotonic()
             try:
                 response = self.client.chat.completions.create(model=model, messages=messages)
+                if isinstance(response, str) or not hasattr(response, "choices"):
+                    raise BadResponse(f"the endpoint {where} answered 200 with a body that is not a chat completion "
+                                      f"({str(response)[:80]!r})")
+                return self._completion(response, messages, model, time.monotonic() - started)
             except openai.AuthenticationError:
                 raise ModelRejected(f"the endpoint {where} rejected the API key: set a valid OPENAI_API_KEY") from None
             except openai.NotFoundError as exc:
@@ -155,23 +169,25 @@ class OpenAIModel:
                                     f"check --model / MINIAGI_MODEL and OPENAI_BASE_URL ({_error_text(exc)})") from None
             except openai.PermissionDeniedError as exc:
                 raise ModelRejected(f"the endpoint {where} refused access to {model!r}: {_error_text(exc)}") from None
+            except openai.APITimeoutError as exc:  # a silent server costs request_timeout_s a try: few tries
+                problem, error = (f"the model endpoint {where} sent nothing for {self.request_timeout_s:g} s "
+                                  f"(--request-timeout)"), exc
+                timeouts += 1
+                if timeouts > self.timeout_retries:
+                    break
             except (openai.APIConnectionError, openai.RateLimitError, openai.InternalServerError) as exc:
-                last_problem = _describe(exc, where)
-                if attempt == self.retries:
-                    break
-                time.sleep(self._delay(attempt, exc))
-                continue
+                problem, error = _describe(exc, where), exc
             except openai.APIStatusError as exc:
-                if exc.status_code in (408, 409) or exc.status_code >= 500:
-                    last_problem = _describe(exc, where)
-                    if attempt < self.retries:
-                        time.sleep(self._delay(attempt, exc))
-                        continue
-                    break
-                raise ModelError(f"the endpoint answered {exc.status_code}: {_error_text(exc)}") from None
-            latency = time.monotonic() - started
-            return self._completion(response, messages, model, latency)
-        raise ModelUnavailable(f"{last_problem} (gave up after {self.retries + 1} attempts)")
+                if exc.status_code not in (408, 409) and exc.status_code < 500:
+                    raise ModelError(f"the endpoint answered {exc.status_code}: {_error_text(exc)}") from None
+                problem, error = _describe(exc, where), exc
+            except (BadResponse, ValueError, UnicodeDecodeError) as exc:  # a 200 whose body is not JSON / UTF-8
+                problem, error = (str(exc) if isinstance(exc, BadResponse) else
+                                  f"the endpoint {where} answered with a body that is not valid JSON "
+                                  f"({type(exc).__name__}: {str(exc)[:80]})"), exc
+            if attempt < self.retries:
+                time.sleep(self._delay(attempt, error))
+        raise ModelUnavailable(f"{problem} (gave up after {attempts} attempts)")
 
     def _completion(self, response, messages: list[Message], model: str, latency: float) -> Completion:
         choice = response.choices[0] if response.choices else None
@@ -186,7 +202,8 @@ class OpenAIModel:
             completion_tokens = counter_for(model).count(text)
         return Completion(text=text, model=response.model or model, prompt_tokens=prompt_tokens,
                           completion_tokens=completion_tokens,
-                          cost_usd=self.prices.cost(model, prompt_tokens, completion_tokens), latency_s=latency)
+                          cost_usd=self.prices.cost(model, prompt_tokens, completion_tokens), latency_s=latency,
+                          finish_reason=(choice.finish_reason if choice else None) or "stop")
 
     def _delay(self, attempt: int, exc: Exception) -> float:
         """The server's Retry-After when it gives one (capped), else exponential backoff with jitter."""

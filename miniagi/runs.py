@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from .config import ConfigError
+from .secrets import redact_data
 
 STATUSES = ("done", "limit", "format_error", "stuck", "error", "interrupted", "running")
 
@@ -48,7 +49,7 @@ class RunRecord:
             self._trace = open(self.trace_path, "ab", buffering=0)
             if torn:  # a line cut off by a crash or a full disk: end it, so the next event stands on its own
                 self._write(b"\n")
-        line = self.redact(json.dumps(event, ensure_ascii=False, default=str))
+        line = json.dumps(redact_data(self.redact, event), ensure_ascii=False, default=str)
         self._write(line.encode("utf-8") + b"\n")
 
     def _write(self, data: bytes) -> None:
@@ -64,7 +65,8 @@ class RunRecord:
     def write_result(self, result: dict) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         partial = self.result_path.with_suffix(".json.tmp")
-        partial.write_text(self.redact(json.dumps(result, indent=2, ensure_ascii=False)) + "\n", encoding="utf-8")
+        partial.write_text(json.dumps(redact_data(self.redact, result), indent=2, ensure_ascii=False) + "\n",
+                           encoding="utf-8")
         os.replace(partial, self.result_path)
 
     def read_result(self) -> dict:

@@ -9,12 +9,16 @@ A source that cannot be read raises SourceError with a message meant for the mod
 from __future__ import annotations
 
 import io
+import os
 import re
+import stat
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 MAX_FILE_BYTES = 50 * 1024 * 1024
 MAX_URL_BYTES = 10 * 1024 * 1024
+SYSTEM_DIRS = (Path("/proc"), Path("/sys"), Path("/dev"))  # live kernel state (the agent's own environment too)
 URL_TIMEOUT_S = 15.0
 USER_AGENT = "Mozilla/5.0 (compatible; miniagi/0.1; +https://github.com/miniagi)"
 
@@ -48,12 +52,13 @@ def is_url(text: str) -> bool:
     return bool(re.match(r"https?://", text.strip(), re.I))
 
 
-def read_source(spec: str, workdir: Path) -> Document:
+def read_source(spec: str, workdir: Path, timeout_s: float = URL_TIMEOUT_S * 4) -> Document:
+    """The text of a file or URL; within timeout_s in all for a URL (a server that trickles is cut off)."""
     spec = spec.strip().strip("'\"<>")
     if not spec:
         raise SourceError("no source given: name a file path or an http(s) URL")
     if is_url(spec):
-        return read_url(spec)
+        return read_url(spec, timeout_s)
     if re.match(r"^[a-z][a-z0-9+.-]*://", spec, re.I):
         raise SourceError(f"{spec!r}: only http:// and https:// URLs can be read")
     return read_file(spec, workdir)
@@ -68,45 +73,60 @@ def read_file(spec: str, workdir: Path) -> Document:
     if path.is_dir():
         entries = sorted(p.name + ("/" if p.is_dir() else "") for p in path.iterdir())[:20]
         raise SourceError(f"{spec} is a directory, not a file; it holds: {', '.join(entries) or 'nothing'}")
-    size = path.stat().st_size
-    if size > MAX_FILE_BYTES:
-        raise SourceError(f"{spec} is {size / 1e6:.0f} MB, over the {MAX_FILE_BYTES // 2**20} MB limit: read a part "
-                          "of it instead (for example split it with execute_shell)")
     try:
-        data = path.read_bytes()
+        # O_NONBLOCK: opening a FIFO must not wait for a writer; only a regular file is then read
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
     except OSError as exc:
         raise SourceError(f"cannot read {spec}: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise SourceError(f"{spec} is not a regular file ({_file_kind(info.st_mode)}): only files with "
+                              "contents can be read")
+        if any(path.resolve().is_relative_to(system) for system in SYSTEM_DIRS):
+            raise SourceError(f"{spec} is a system file under {', '.join(map(str, SYSTEM_DIRS))}, not a document")
+        if info.st_size > MAX_FILE_BYTES:
+            raise SourceError(f"{spec} is {info.st_size / 1e6:.0f} MB, over the {MAX_FILE_BYTES // 2**20} MB limit: "
+                              "read a part of it instead (for example split it with execute_shell)")
+        try:
+            data = handle.read(MAX_FILE_BYTES + 1)  # the cap holds while reading, should the file grow
+        except OSError as exc:
+            raise SourceError(f"cannot read {spec}: {exc.strerror or exc}") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise SourceError(f"{spec} grew past the {MAX_FILE_BYTES // 2**20} MB limit while it was read")
     kind = "html" if path.suffix.lower() in HTML_SUFFIXES else None
     return decode(data, spec, kind=kind, type_label=path.suffix or "file")
 
 
 # --- URLs -------------------------------------------------------------------------------------------------------
-def read_url(url: str) -> Document:
-    import httpx
+def _file_kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "not a plain file"
 
-    try:
-        with httpx.Client(follow_redirects=True, max_redirects=8, headers={"User-Agent": USER_AGENT},
-                          timeout=httpx.Timeout(URL_TIMEOUT_S, connect=min(URL_TIMEOUT_S, 10.0))) as client:
-            with client.stream("GET", url) as response:
-                if response.status_code >= 400:
-                    raise SourceError(f"{url} answered HTTP {response.status_code} "
-                                      f"{response.reason_phrase or ''}".rstrip())
-                chunks, total, truncated = [], 0, False
-                for chunk in response.iter_bytes():
-                    chunks.append(chunk)
-                    total += len(chunk)
-                    if total > MAX_URL_BYTES:
-                        truncated = True
-                        break
-                data = b"".join(chunks)[:MAX_URL_BYTES]
-                content_type = response.headers.get("content-type", "")
-                final_url = str(response.url)
-    except httpx.TimeoutException:
-        raise SourceError(f"{url} did not answer within {URL_TIMEOUT_S:g} s") from None
-    except httpx.TooManyRedirects:
-        raise SourceError(f"{url} redirects too many times") from None
-    except httpx.HTTPError as exc:
-        raise SourceError(f"cannot fetch {url}: {exc or type(exc).__name__}") from None
+
+def read_url(url: str, timeout_s: float = URL_TIMEOUT_S * 4) -> Document:
+    """A page within timeout_s in all: the fetch runs in a thread we stop waiting for at the deadline, since a
+    server can trickle even its headers a byte at a time (each read is quick, the whole is endless)."""
+    import threading
+
+    outcome: dict = {}
+    fetcher = threading.Thread(target=_fetch, args=(url, time.monotonic() + timeout_s, timeout_s, outcome),
+                               name="read-url", daemon=True)
+    fetcher.start()
+    fetcher.join(timeout_s + 2.0)
+    if fetcher.is_alive() or not outcome:
+        raise SourceError(f"{url} did not finish answering within {timeout_s:g} s (--read-timeout): the server is "
+                          "too slow")
+    if "error" in outcome:
+        raise outcome["error"]
+    data, total, truncated, slow = outcome["data"], outcome["total"], outcome["truncated"], outcome["slow"]
+    content_type, final_url = outcome["content_type"], outcome["final_url"]
+    if slow and not data.strip():
+        raise SourceError(f"{url} sent almost nothing ({total} bytes) in {timeout_s:g} s (--read-timeout): the "
+                          "server is too slow") from None
     mime, _, params = content_type.partition(";")
     mime = mime.strip().lower()
     charset_match = re.search(r"charset=([\w-]+)", params, re.I)
@@ -114,10 +134,45 @@ def read_url(url: str) -> Document:
     source = url if final_url == url else f"{url} (redirected to {final_url})"
     document = decode(data, source, kind=kind, charset=charset_match.group(1) if charset_match else None,
                       type_label=mime or "unknown type")
-    if truncated:
-        document = Document(document.source, document.text, document.title, document.kind,
-                            f"Only the first {MAX_URL_BYTES // 2**20} MB of this page were read.")
+    if truncated or slow:
+        note = (f"Only the first {MAX_URL_BYTES // 2**20} MB of this page were read." if truncated else
+                f"The server was too slow: only the first {total:,} bytes arrived within {timeout_s:g} s "
+                "(--read-timeout), and only they were read.")
+        document = Document(document.source, document.text, document.title, document.kind, note)
     return document
+
+
+def _fetch(url: str, deadline: float, timeout_s: float, outcome: dict) -> None:
+    import httpx
+
+    per_read = min(URL_TIMEOUT_S, timeout_s)
+    try:
+        with httpx.Client(follow_redirects=True, max_redirects=8, headers={"User-Agent": USER_AGENT},
+                          timeout=httpx.Timeout(per_read, connect=min(per_read, 10.0))) as client:
+            with client.stream("GET", url) as response:
+                if response.status_code >= 400:
+                    raise SourceError(f"{url} answered HTTP {response.status_code} "
+                                      f"{response.reason_phrase or ''}".rstrip())
+                chunks, total, truncated, slow = [], 0, False, False
+                for chunk in response.iter_bytes():
+                    chunks.append(chunk)
+                    total += len(chunk)
+                    if total > MAX_URL_BYTES:
+                        truncated = True
+                        break
+                    if time.monotonic() > deadline:  # a server that trickles a byte a second
+                        slow = True
+                        break
+                outcome.update(data=b"".join(chunks)[:MAX_URL_BYTES], total=total, truncated=truncated, slow=slow,
+                               content_type=response.headers.get("content-type", ""), final_url=str(response.url))
+    except SourceError as exc:
+        outcome["error"] = exc
+    except httpx.TimeoutException:
+        outcome["error"] = SourceError(f"{url} did not answer within {per_read:g} s")
+    except httpx.TooManyRedirects:
+        outcome["error"] = SourceError(f"{url} redirects too many times")
+    except httpx.HTTPError as exc:
+        outcome["error"] = SourceError(f"cannot fetch {url}: {exc or type(exc).__name__}")
 
 
 # --- bytes → text -----------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from typing import Callable
 
 from rich.console import Console
 from rich.markup import escape
@@ -31,11 +32,15 @@ def _preview(text: str, lines: int, width: int = 160) -> str:
 
 
 class Terminal:
-    def __init__(self, *, interactive: bool, debug: bool = False, quiet: bool = False):
+    def __init__(self, *, interactive: bool, debug: bool = False, quiet: bool = False,
+                 redact: Callable[[str], str] = lambda text: text):
         self.console = Console(stderr=True, highlight=False, soft_wrap=False)
+        if not self.console.is_terminal:  # a log or a pipe: lines stay whole, so commands in them can be copied
+            self.console.soft_wrap = True
         self.interactive = interactive
         self.debug = debug
         self.quiet = quiet
+        self.redact = redact  # every text shown passes the agent's secret gate
 
     def say(self, markup: str) -> None:
         if not self.quiet:
@@ -45,7 +50,7 @@ class Terminal:
         verb = f"resuming at step {resumed_at + 1}" if resumed_at else "started"
         # the run id always reaches stderr, even when quiet: it is how a run is found again
         self.console.print(f"[bold]run {run_id}[/] {verb} · model {escape(model)}")
-        self.say(Text(f"objective: {objective}", style="cyan"))
+        self.say(Text(f"objective: {self.redact(objective)}", style="cyan"))
 
     def thinking(self, step: int):
         if self.quiet or not self.console.is_terminal:
@@ -58,33 +63,38 @@ class Terminal:
         header = Text.assemble((f"step {step} ", "bold"), (command, "bold magenta"), (f"  ${cost_usd:.4f}", "dim"))
         self.console.print(header)
         if thought:
-            self.console.print(Text(f"  {_preview(thought, 3)}", style="italic"))
+            self.console.print(Text(f"  {_preview(self.redact(thought), 3)}", style="italic"))
         if arg and command != "done":
-            self.console.print(Text(_indent(_preview(arg, ARG_PREVIEW_LINES)), style="yellow"))
+            self.console.print(Text(_indent(_preview(self.redact(arg), ARG_PREVIEW_LINES)), style="yellow"))
 
     def observation(self, text: str) -> None:
         if not self.quiet:
-            self.console.print(Text(_indent(_preview(text, OBSERVATION_PREVIEW_LINES)), style="dim"))
+            self.console.print(Text(_indent(_preview(self.redact(text), OBSERVATION_PREVIEW_LINES)), style="dim"))
 
     def critic(self, text: str) -> None:
-        self.say(Text(f"  critic: {_preview(text, 4)}", style="bold cyan"))
+        self.say(Text(f"  critic: {_preview(self.redact(text), 4)}", style="bold cyan"))
 
     def warn(self, text: str) -> None:
-        self.say(Text(text, style="bold red"))
+        self.say(Text(self.redact(text), style="bold red"))
+
+    def progress(self, text: str) -> None:
+        """A passing sign of life during long work (reading, storing)."""
+        if not self.quiet:
+            self.console.print(Text(f"  … {self.redact(text)}", style="dim"))
 
     def debug_context(self, messages: list[dict]) -> None:
         if self.debug:
             body = "\n\n".join(f"[{m['role']}]\n{m['content']}" for m in messages)
-            self.console.print(Panel(Text(body), title="context", border_style="blue"))
+            self.console.print(Panel(Text(self.redact(body)), title="context", border_style="blue"))
 
     def debug_raw(self, role: str, text: str) -> None:
         if self.debug:
-            self.console.print(Panel(Text(text), title=f"raw {role} response", border_style="green"))
+            self.console.print(Panel(Text(self.redact(text)), title=f"raw {role} response", border_style="green"))
 
     def approve(self, command: str, arg: str) -> Approval:
         """Ask the person before running code. Enter or y runs it, n refuses, anything else is feedback."""
         lexer = "python" if command == "execute_python" else "bash"
-        self.console.print(Panel(Syntax(arg, lexer, word_wrap=True), title=f"{command}: run this?",
+        self.console.print(Panel(Syntax(self.redact(arg), lexer, word_wrap=True), title=f"{command}: run this?",
                                  border_style="yellow"))
         answer = self.console.input("[bold]Run it?[/] [Y]es / [n]o / or type feedback for the agent: ").strip()
         if answer.lower() in ("", "y", "yes"):
@@ -94,7 +104,7 @@ class Terminal:
         return Approval(False, f"The user did not run this command and said: {answer}")
 
     def ask_user(self, message: str) -> str:
-        self.console.print(Panel(Text(message), title="the agent asks", border_style="cyan"))
+        self.console.print(Panel(Text(self.redact(message)), title="the agent asks", border_style="cyan"))
         return self.console.input("[bold]your reply:[/] ")
 
     def run_ended(self, result: dict) -> None:
@@ -105,7 +115,7 @@ class Terminal:
             (f" · {result.get('steps')} steps · {result.get('llm_calls')} model calls · "
              f"${result.get('cost_usd', 0):.4f}", "dim")))
         if result.get("message") and status != "done":
-            self.console.print(Text(result["message"], style=style))
+            self.console.print(Text(self.redact(result["message"]), style=style))
 
 
 def _indent(text: str) -> str:

@@ -14,18 +14,96 @@ import os
 import resource
 import signal
 import sys
+import time
 import traceback
 
 WORKER_PID = os.getpid()
-forked = False  # whether the running snippet called os.fork(): only then can copies of this worker be left over
+# every copy of this process made by os.fork() (and every copy of a copy) writes its pid here, so the copies a
+# snippet leaves running (a fork bomb, a pool left open) can be stopped and the ended ones reaped: unreaped, 200
+# of them once used up the run's process allowance
+FORK_READ, FORK_WRITE = os.pipe()
+os.set_blocking(FORK_READ, False)
+os.set_blocking(FORK_WRITE, False)
+forks: set = set()
 
 
-def _note_fork() -> None:
-    global forked
-    forked = True
+def _note_fork_in_child() -> None:
+    try:
+        os.write(FORK_WRITE, b"%d\n" % os.getpid())
+    except OSError:  # the pipe is full (a fork bomb): the pids cgroup still bounds it
+        pass
 
 
-os.register_at_fork(after_in_parent=_note_fork)
+os.register_at_fork(after_in_child=_note_fork_in_child)
+_fork = os.fork
+
+
+def _recorded_fork() -> int:
+    """os.fork, with the child's pid noted at once in the parent (its own note may come a moment later)."""
+    pid = _fork()
+    if pid > 0:
+        forks.add(pid)
+    return pid
+
+
+os.fork = _recorded_fork
+
+
+def _read_fork_pids() -> None:
+    while True:
+        try:
+            data = os.read(FORK_READ, 65536)
+        except BlockingIOError:
+            return
+        if not data:
+            return
+        forks.update(int(pid) for pid in data.split() if pid.isdigit())
+
+
+def _is_copy_of_me(pid: int, cmdline: bytes) -> bool:
+    """Still alive and still running this program (a fork that exec'd another program is not a copy)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            state = stat.read().rsplit(b")", 1)[1].split()[0]
+        with open(f"/proc/{pid}/cmdline", "rb") as command:
+            return state not in (b"Z", b"X") and command.read() == cmdline
+    except (OSError, IndexError):
+        return False
+
+
+def stop_forks() -> int:
+    """Kill the copies of this worker still running after a snippet and reap the ended ones; how many were
+    killed."""
+    _read_fork_pids()
+    if not forks:
+        return 0
+    try:
+        with open("/proc/self/cmdline", "rb") as command:
+            cmdline = command.read()
+    except OSError:
+        return 0
+    killed: set = set()
+    for _ in range(20):  # a fork bomb refills while we kill; the pids cgroup bounds what is left
+        alive = [pid for pid in tuple(forks) if _is_copy_of_me(pid, cmdline)]
+        if not alive:
+            break
+        for pid in alive:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+            except OSError:
+                pass
+        time.sleep(0.005)
+        _read_fork_pids()
+    for pid in tuple(forks):  # reap our own children that have ended; copies of copies go to init
+        try:
+            done, _ = os.waitpid(pid, 0 if pid in killed else os.WNOHANG)
+        except ChildProcessError:
+            forks.discard(pid)
+            continue
+        if done:
+            forks.discard(pid)
+    return len(killed)
 
 
 class CPUTimeExceeded(BaseException):
@@ -33,13 +111,7 @@ class CPUTimeExceeded(BaseException):
 
 
 def apply_limits(settings: dict) -> None:
-    """Lower this process's limits (children inherit them) and join the run's pids cgroup."""
-    if settings.get("cgroup_procs"):
-        try:
-            with open(settings["cgroup_procs"], "w") as procs:
-                procs.write(str(os.getpid()))
-        except OSError:
-            pass
+    """Lower this process's limits (children inherit them)."""
     for name, value in (("RLIMIT_DATA", settings.get("data_bytes")), ("RLIMIT_FSIZE", settings.get("file_bytes")),
                         ("RLIMIT_CORE", 0), ("RLIMIT_NPROC", settings.get("nproc"))):
         if value is None or not hasattr(resource, name):
@@ -51,7 +123,7 @@ def apply_limits(settings: dict) -> None:
             resource.setrlimit(limit, (value, value))
         except (ValueError, OSError):
             pass
-    try:  # die with the agent, even if it is SIGKILLed (Linux)
+    try:  # die with whoever started us (the agent, or the namespace's init), even on SIGKILL (Linux)
         import ctypes
 
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
@@ -116,10 +188,8 @@ def serve(request_fd: int, response_fd: int, limits: dict) -> None:
     responses = os.fdopen(response_fd, "w", encoding="utf-8")
     namespace = {"__name__": "__main__", "__builtins__": __builtins__}
     signal.signal(signal.SIGXCPU, on_cpu_limit)
-    global forked
     for line in requests:
         request = json.loads(line)
-        forked = False
         out = os.open(request["output"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(out, 1)
         os.dup2(out, 2)
@@ -134,7 +204,11 @@ def serve(request_fd: int, response_fd: int, limits: dict) -> None:
             os._exit(0)
         sys.stdout.flush()
         sys.stderr.flush()
-        responses.write(json.dumps({"status": status, "detail": detail, "forked": forked}) + "\n")
+        try:
+            stopped = stop_forks()
+        except Exception:  # housekeeping must never take the session down
+            stopped = 0
+        responses.write(json.dumps({"status": status, "detail": detail, "forks_stopped": stopped}) + "\n")
         responses.flush()
 
 

@@ -5,6 +5,8 @@
   Fail(status, headers)     → an HTTP error (429, 500, 400, …)
   Hang(seconds)             → waits before answering with the next item (a slow model)
   callable(request) -> str  → computed from the request body (model, messages)
+  Cut(text)                 → a completion with that text and finish_reason "length" (cut off at the cap)
+  Raw(body)                 → a 200 answer with exactly these bytes (not JSON, not UTF-8: a broken proxy)
 A `responder(request)`, when given, is asked first; when it returns None the script answers. When the script runs
 out the server answers 400 "script exhausted", so a test that asks too much fails loudly.
 """
@@ -29,6 +31,16 @@ class Fail:
 @dataclass
 class Hang:
     seconds: float
+
+
+@dataclass
+class Cut:
+    text: str
+
+
+@dataclass
+class Raw:
+    body: bytes
 
 
 def word_vector(text: str, dimensions: int = 64) -> list[float]:
@@ -122,12 +134,21 @@ class FakeLLM:
                     self._send(item.status, {"error": {"message": item.message, "type": "server_error"}},
                                item.headers)
                     return
+                if isinstance(item, Raw):
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(item.body)))
+                    self.end_headers()
+                    self.wfile.write(item.body)
+                    return
+                finish = "length" if isinstance(item, Cut) else "stop"
+                item = item.text if isinstance(item, Cut) else item
                 text = item(request) if callable(item) else item
                 prompt_chars = sum(len(m.get("content") or "") for m in request.get("messages", []))
                 self._send(200, {
                     "id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()),
                     "model": request.get("model", "fake"),
-                    "choices": [{"index": 0, "finish_reason": "stop",
+                    "choices": [{"index": 0, "finish_reason": finish,
                                  "message": {"role": "assistant", "content": text}}],
                     "usage": {"prompt_tokens": prompt_chars // 4 + 1, "completion_tokens": len(text) // 4 + 1,
                               "total_tokens": prompt_chars // 4 + len(text) // 4 + 2},

@@ -61,7 +61,8 @@ def make_pdf(pages: list[str]) -> bytes:
 
 class Site:
     """Routes: /article, /redirect (→ /article), /missing (404), /slow (answers after `slow_s`), /image.png,
-    /latin1 (charset in the header), /cp1252 (no charset anywhere), /big (11 MB), /report.pdf, /plain.txt."""
+    /latin1 (charset in the header), /cp1252 (no charset anywhere), /big (11 MB), /report.pdf, /plain.txt,
+    /trickle (a byte every 0.2 s), /trickle-headers (the headers themselves a byte at a time)."""
 
     def __init__(self, slow_s: float = 5.0):
         self.slow_s = slow_s
@@ -83,6 +84,15 @@ class Site:
                     self.wfile.write(body)
                 except (BrokenPipeError, ConnectionResetError):
                     pass
+
+            def _trickle(self, data: bytes) -> None:
+                for byte in data:
+                    try:
+                        self.wfile.write(bytes([byte]))
+                        self.wfile.flush()
+                    except (BrokenPipeError, ConnectionResetError):
+                        return
+                    time.sleep(0.2)
 
             def do_GET(self):
                 site.hits.append(self.path)
@@ -107,6 +117,13 @@ class Site:
                               "text/html")
                 elif path == "/report.pdf":
                     self.send(200, make_pdf(["Quarterly report", "Revenue rose 9 percent."]), "application/pdf")
+                elif path == "/trickle":  # headers at once, then a byte every 0.2 s (bounded: ~60 s)
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/plain")
+                    self.end_headers()
+                    self._trickle(b"slow words " * 30)
+                elif path == "/trickle-headers":  # even the status line comes a byte at a time
+                    self._trickle(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nX-Padding: " + b"x" * 300)
                 elif path == "/plain.txt":
                     self.send(200, b"Just plain text about gardening.", "text/plain; charset=utf-8")
                 else:

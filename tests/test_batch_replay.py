@@ -93,11 +93,11 @@ def test_txt_batches_run_unattended_and_the_cost_cap_stops_new_objectives(cli, l
     assert "cost cap" in proc.stderr and "not started" in proc.stderr
 
 
-def test_bad_batch_files_are_usage_errors(cli, isolated):
+def test_bad_batch_files_are_usage_errors_and_bad_options_fail_their_objective_alone(cli, isolated):
     write_batch(isolated.work / "bad.jsonl", [{"objective": "x", "colour": "red"}])
     proc = cli("batch", "bad.jsonl")
-    assert proc.returncode == 2 and "unknown option 'colour'" in proc.stderr and "bad.jsonl:1" in proc.stderr
-    write_batch(isolated.work / "bad2.jsonl", [{"objective": "x", "max_steps": "many"}])
+    assert proc.returncode == 3 and "unknown option 'colour'" in proc.stderr and "bad.jsonl:1" in proc.stderr
+    (isolated.work / "bad2.jsonl").write_text('{"objective": "x"}\nnot json\n')
     assert cli("batch", "bad2.jsonl").returncode == 2
     (isolated.work / "jobs.csv").write_text("x")
     assert cli("batch", "jobs.csv").returncode == 2

@@ -144,10 +144,11 @@ def test_endpoint_failing_past_the_retries_exits_2_and_is_resumable(cli, llm, is
     assert proc.returncode == 0 and proc.stdout.strip() == "recovered"
 
 
-def test_endpoint_error_that_retrying_cannot_fix_exits_1(cli, llm, isolated):
+def test_endpoint_error_that_retrying_cannot_fix_exits_2(cli, llm, isolated):
     llm.add(Fail(400, message="this model does not exist in that form"))
     proc = cli("bad request")
-    assert proc.returncode == 1
+    assert proc.returncode == 2 and "internal error" not in proc.stderr  # the endpoint refused us: not our bug
+    assert len(llm.requests) == 1  # not retried
     _, result, _ = load_run(isolated.home)
     assert result["status"] == "error" and "does not exist in that form" in result["message"]
     assert "Traceback" not in proc.stderr

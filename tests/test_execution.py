@@ -4,19 +4,8 @@ from __future__ import annotations
 
 import time
 
-from miniagi.execution import PythonSession, Redactor, cap_text, child_environment, run_shell
-
-
-def test_child_environment_drops_secrets_and_keeps_the_rest():
-    env = child_environment({"PATH": "/bin", "HOME": "/root", "OPENAI_API_KEY": "k", "OPENAI_BASE_URL": "u",
-                             "AWS_SECRET_ACCESS_KEY": "s", "GH_TOKEN": "t", "PGPASSWORD": "p", "PWD": "/x",
-                             "my_api_key": "lower"})
-    assert env == {"PATH": "/bin", "HOME": "/root", "PWD": "/x"}
-
-
-def test_redactor_replaces_secret_values_only():
-    redact = Redactor({"SERVICE_TOKEN": "tok-123456", "SHORT_KEY": "abc", "PATH": "/usr/bin"})
-    assert redact("value tok-123456 and abc in /usr/bin") == "value [REDACTED] and abc in /usr/bin"
+from miniagi.execution import PythonSession, cap_text, run_shell
+from miniagi.secrets import child_environment
 
 
 def test_cap_text_keeps_head_and_tail_and_says_how_much_was_cut():

@@ -63,7 +63,7 @@ def test_condense_reduces_hierarchically_to_one_text():
         calls.append(prompt)
         if "Merge them into ONE" in prompt:
             return "MERGED: " + " ".join(line for line in prompt.splitlines() if line.startswith("facts"))[:400]
-        part = prompt.split("TEXT (part ")[1].split(")")[0]
+        part = prompt.split("UNTRUSTED DATA: text, part ")[1].split(".")[0]
         return f"facts of part {part}"
 
     text = "\n\n".join(f"Section {i}: " + "detail " * 400 for i in range(30))  # ~12k tokens

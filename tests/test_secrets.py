@@ -1,0 +1,83 @@
+"""The secret gate and the environment executed code sees, as units (the end-to-end paths are in test_attacks)."""
+
+from __future__ import annotations
+
+import base64
+import codecs
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from miniagi.secrets import Redactor, child_environment, is_secret_name, redact_data
+
+ENVIRONMENT = {
+    "PATH": "/usr/bin", "LANG": "C.UTF-8", "LC_ALL": "C", "TZ": "UTC", "HOME": "/root", "PWD": "/work",
+    "https_proxy": "http://proxy:3128", "OPENAI_API_KEY": "sk-proj-abcdefghijklmnop123456",
+    "OPENAI_BASE_URL": "http://127.0.0.1:8000/v1", "DATABASE_URL": "postgres://u:Pw0rd-xyz@db.internal/app",
+    "STRIPE_LIVE": "sk_live_51Habcdefghijklmnop", "SMTP_PASS": "correct-horse-battery",
+    "ALERTS": "https://hooks.slack.com/services/T0001/B0001/abcdefghijklmnop", "GIT_AUTHOR_NAME": "Ada Lovelace",
+    "MY_SETTING": "verbose", "CUSTOM_THING": "kept-only-when-passed",
+}
+
+
+def test_executed_code_sees_an_allow_list_plus_what_the_user_passes():
+    env = child_environment(ENVIRONMENT)
+    assert env == {"PATH": "/usr/bin", "LANG": "C.UTF-8", "LC_ALL": "C", "TZ": "UTC",
+                   "https_proxy": "http://proxy:3128"}
+    assert child_environment(ENVIRONMENT, ["CUSTOM_THING"])["CUSTOM_THING"] == "kept-only-when-passed"
+
+
+def test_secret_names():
+    for name in ("OPENAI_API_KEY", "SMTP_PASS", "PGPASSWORD", "GH_TOKEN", "SLACK_WEBHOOK", "AWS_SECRET_ACCESS_KEY",
+                 "SENTRY_DSN", "my_api_key", "session.cookie", "APIKEY"):
+        assert is_secret_name(name), name
+    for name in ("PWD", "OLDPWD", "PATH", "GIT_AUTHOR_NAME", "KEYBOARD", "COMPASS_DIR", "MONKEY_BUSINESS"):
+        assert not is_secret_name(name), name
+
+
+def test_values_judged_secret_by_name_or_shape_are_redacted_inside_any_text():
+    redact = Redactor(ENVIRONMENT)
+    text = " ".join(ENVIRONMENT.values())
+    cleaned = redact(text)
+    for name in ("OPENAI_API_KEY", "DATABASE_URL", "STRIPE_LIVE", "SMTP_PASS", "ALERTS"):
+        assert ENVIRONMENT[name] not in cleaned, name
+    assert "Pw0rd-xyz" not in cleaned  # the password of a URL, alone
+    for kept in ("Ada Lovelace", "/usr/bin", "http://127.0.0.1:8000/v1", "verbose", "/work"):
+        assert kept in cleaned, kept
+    # the same values, encoded as a careless snippet would print them
+    for value in ("correct-horse-battery", "sk-proj-abcdefghijklmnop123456"):
+        for spelling in (base64.b64encode(value.encode()).decode(), value.encode().hex(),
+                         codecs.encode(value, "rot13")):
+            assert spelling.rstrip("=") not in redact(f"leak: {spelling}")
+
+
+def test_secret_shapes_and_assignments_are_redacted_without_knowing_the_value():
+    redact = Redactor()
+    leaks = ["sk-ant-api03-abcdefghijklmnopqrstuv", "sk_live_4eC39HqLyjWDarjtT1zdp7dc", "ghp_abcdefghijklmnopqrstuvwxyz0123456789",
+             "xoxb-1234567890-abcdefghij", "AKIAIOSFODNN7EXAMPLE",
+             "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+             "https://discord.com/api/webhooks/123456/abcDEF_ghi"]
+    for leak in leaks:
+        assert leak not in redact(f"found {leak} here"), leak
+    assert redact("mysql://root:hunter22@db/x") == "mysql://root:[REDACTED]@db/x"
+    assert redact("Authorization: Bearer abcdefghijklmnop1234") == "Authorization: Bearer [REDACTED]"
+    env_file = "API_TOKEN=abc123xyz\nexport SMTP_PASSWORD='s3cret pass'\n\"client_secret\": \"zzz999yyy\"\npassword: hunter2"
+    cleaned = redact(env_file)
+    for value in ("abc123xyz", "s3cret", "zzz999yyy", "hunter2"):
+        assert value not in cleaned, value
+    code = "for key in keys:\n    token = tokens[0]\nkey = value\nprint(secret_count)"
+    assert redact(code) == code  # code that merely names such things is left alone
+
+
+def test_redact_data_reaches_strings_nested_in_events():
+    redact = Redactor({"SERVICE_TOKEN": 'tok"with\\quote'})
+    event = {"type": "observation", "text": 'see tok"with\\quote', "nested": [{"x": 'tok"with\\quote'}], "n": 3}
+    assert redact_data(redact, event) == {"type": "observation", "text": "see [REDACTED]",
+                                          "nested": [{"x": "[REDACTED]"}], "n": 3}
+
+
+@given(st.text(max_size=200))
+def test_a_known_secret_never_survives_the_gate(prefix):
+    secret = "sk-proj-Zq8mN2vL5tR9wX1yB4cD7fG0"
+    redact = Redactor({"OPENAI_API_KEY": secret})
+    assert secret not in redact(prefix + secret + prefix)
