@@ -53,7 +53,7 @@ class Summary:
 
 class RunMemory:
     def __init__(self, *, builder: ContextBuilder, summarizer_counter: TokenCounter, ask_summarizer: Ask,
-                 store: VectorMemory | None, scope: str, run_id: str, objective: str):
+                 store: VectorMemory | None, scope: str, run_id: str, objective: str, workdir: str = ""):
         self.builder = builder
         self.counter = builder.counter
         self.summarizer_counter = summarizer_counter
@@ -62,6 +62,7 @@ class RunMemory:
         self.scope = scope
         self.run_id = run_id
         self.objective = objective
+        self.workdir = workdir
         self.summary = Summary()
         self.summary_cap = int(builder.max_tokens * SUMMARY_SHARE)
         self.recall_budget = int(builder.max_tokens * RECALL_SHARE)
@@ -122,7 +123,9 @@ class RunMemory:
             return ""
 
     def _recall_from_store(self, steps: list[StepRecord], window_start: int, notes: list[str]) -> str:
-        where = {"run": self.run_id} if self.scope == "run" else None
+        where = ({"run": self.run_id} if self.scope == "run" else {"workdir": self.workdir} if self.scope == "workdir"
+                 else None)
+        cut = getattr(self.store.embedder, "relevant_distance", 2.0)
         # near the objective, so standing facts stay in view: what is near it changes slowly, so it is looked up
         # again only every few steps
         if self._objective_hits is None or len(steps) - self._objective_hits_at >= OBJECTIVE_REFRESH:
@@ -141,7 +144,7 @@ class RunMemory:
         for hit in hits:
             if room < 20:
                 break
-            if not self._worth_recalling(hit, window_start, notes):
+            if hit.distance > cut or not self._worth_recalling(hit, window_start, notes):
                 continue
             share = min(room // 3, RECALL_ITEM_TOKENS)
             # cut by characters first (~4 a token), so only a short text is ever encoded
@@ -185,12 +188,13 @@ class RunMemory:
         # embedded: the gist — intent, action and the head of the result — not the whole text
         key = f"{record.thought[:80]}\n{record.command}\n{record.observation[:100]}" if record.command else text
         return MemoryItem(id=f"{self.run_id}:step:{record.step}", text=text, run=self.run_id, kind="step",
-                          step=record.step, key=key)
+                          step=record.step, key=key, workdir=self.workdir)
 
     def item(self, kind: str, text: str, step: int = 0, suffix: str = "") -> MemoryItem:
         return MemoryItem(id=f"{self.run_id}:{kind}:{step}" + (f":{suffix}" if suffix else ""), text=text,
-                          run=self.run_id, kind=kind, step=step)
+                          run=self.run_id, kind=kind, step=step, workdir=self.workdir)
 
     def document_item(self, item_id: str, text: str, source: str, position: int) -> MemoryItem:
         """A part of an ingested document: one id per source and position, so ingesting again replaces it."""
-        return MemoryItem(id=item_id, text=text, run=self.run_id, kind="document", step=position, source=source)
+        return MemoryItem(id=item_id, text=text, run=self.run_id, kind="document", step=position, source=source,
+                          workdir=self.workdir)

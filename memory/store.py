@@ -33,6 +33,7 @@ class MemoryItem:
     step: int = 0
     source: str = ""
     key: str = ""  # the text to embed, when not the start of `text`
+    workdir: str = ""  # where the run worked: recall keeps to the current work directory unless asked
 
     @property
     def embed_text(self) -> str:
@@ -43,6 +44,8 @@ class MemoryItem:
         data = {"run": self.run, "kind": self.kind, "step": self.step, "time": time.time()}
         if self.source:
             data["source"] = self.source
+        if self.workdir:
+            data["workdir"] = self.workdir
         return data
 
 
@@ -132,7 +135,21 @@ class VectorMemory:
         if self._writer is not None:
             self._flushing.set()  # no lingering for a fuller batch
             try:
-                self._queue.join()
+                # what is still queued is stored here, at the caller's priority: the writer runs niced, and on
+                # a busy machine a niced thread can wait a long time for the CPU (an interrupted run must end)
+                batch = []
+                while True:
+                    try:
+                        batch.append(self._queue.get_nowait())
+                    except queue.Empty:
+                        break
+                try:
+                    if batch and self._writer_error is None:
+                        self._store([item for item, _ in batch], [vector for _, vector in batch])
+                finally:
+                    for _ in batch:
+                        self._queue.task_done()
+                self._queue.join()  # the writer's batch in flight
             finally:
                 self._flushing.clear()
         if self._writer_error is not None:

@@ -7,6 +7,7 @@ Every event goes to the run's trace as it happens; `resume` rebuilds the state f
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -28,7 +29,7 @@ from .loops import STOP_AFTER, WARN_AFTER, LoopDetector
 from .model import Completion, Model, ModelError, ModelUnavailable
 from .parser import Action, FormatError, parse_reply
 from .prompts import system_prompt
-from .runs import RunRecord, RunStore, now_iso
+from .runs import RunRecord, RunStore, now_iso, process_identity
 from .sandbox import Sandbox
 from .secrets import Redactor, child_environment
 from .ui import Terminal
@@ -236,7 +237,7 @@ class Agent:
             from .model import OpenAIModel, PriceTable
 
             model = OpenAIModel(Endpoint.from_environment(self.environ), PriceTable(settings.prices),
-                                request_timeout_s=settings.request_timeout)
+                                request_timeout_s=settings.request_timeout, on_retry=lambda text: self.ui.warn(text))
         self.model = model
         interactive = not settings.unattended and sys.stdin is not None and sys.stdin.isatty()
         self.ui = ui or Terminal(interactive=interactive, debug=settings.debug)
@@ -260,6 +261,7 @@ class Agent:
         if "\x00" in objective:
             raise ConfigError("the objective contains a NUL byte: give it as plain text")
         self._check_budget(objective)
+        self._check_workdir()
         self._check_endpoint()
         record = self.store.create()
         state = RunState(objective=objective)
@@ -273,6 +275,7 @@ class Agent:
         if state.status == "done":
             raise ConfigError(f"run {record.run_id} is already done; its answer is in {record.result_path}")
         self._check_budget(state.objective)
+        self._check_workdir()
         self._check_endpoint()
         record.append({"type": "resume", "step": state.step, "time": now_iso(), "settings": self.settings.to_dict()})
         self.alerts.append("NOTE: this run was interrupted and has been resumed. The Python session was restarted: "
@@ -288,6 +291,18 @@ class Agent:
                          "agent's process in /proc and signal it.")
         self.record.append({"type": "isolation", "step": self.state.step, "isolated": sandbox.isolated,
                             "reason": sandbox.reason})
+
+    def _check_workdir(self) -> None:
+        """Code needs a directory to run in: a file there is a usage error; a missing one is made, and said."""
+        path = self.settings.workdir_path
+        if path.exists() and not path.is_dir():
+            raise ConfigError(f"--workdir {path} is a file, not a directory")
+        if not path.exists():
+            try:
+                path.mkdir(parents=True)
+            except OSError as exc:
+                raise ConfigError(f"--workdir {path} does not exist and cannot be made: {exc.strerror}") from None
+            self.ui.warn(f"created the work directory {path}")
 
     def _check_endpoint(self) -> None:
         check = getattr(self.model, "check_reachable", None)
@@ -305,11 +320,12 @@ class Agent:
         self.record, self.state = record, state
         self.memory = RunMemory(builder=self.contexts, summarizer_counter=counter_for(self.settings.model_for(
             "summarizer")), ask_summarizer=self._summarize, store=self.vectors, scope=self.settings.memory_scope,
-            run_id=record.run_id, objective=state.objective)
+            run_id=record.run_id, objective=state.objective, workdir=str(self.settings.workdir_path))
         self.memory.summary = state.summary
         self.ui.run_started(record.run_id, state.objective, self.settings.model, state.step if resumed else 0)
         workspace = Workspace(self)
         message, exit_code = "", 0
+        discard = False  # refused before the first model call: no run is left behind
         restore_sigterm = _raise_on_sigterm()
         try:
             self._report_isolation(workspace.sandbox)
@@ -330,6 +346,7 @@ class Agent:
             message = f"{exc}. The run is saved: `miniagi resume {record.run_id}` continues it."
         except ConfigError as exc:  # the endpoint refused us (bad key, unknown model)
             state.status, message, exit_code = "error", str(exc), 2
+            discard = not resumed and state.llm_calls == 0
         except KeyboardInterrupt:
             state.status, exit_code = "interrupted", 130
             message = f"interrupted; `miniagi resume {record.run_id}` continues the run"
@@ -347,6 +364,10 @@ class Agent:
             workspace.close()
             self._flush_memory()
         exit_code = EXIT_CODES["done"] if state.status == "done" else exit_code
+        if discard:
+            record.close()
+            shutil.rmtree(record.dir, ignore_errors=True)
+            raise ConfigError(message)
         self._record_quietly({"type": "run_end", "step": state.step, "time": now_iso(), "status": state.status,
                               "answer": state.answer, "message": message})
         try:
@@ -490,7 +511,10 @@ class Agent:
             if not approval.run:
                 return approval.observation
         try:
-            return command.run(workspace, action.arg)
+            if command.name == "talk_to_user":  # waits for the person: no spinner over their prompt
+                return command.run(workspace, action.arg)
+            with self.ui.working(f"step {self.state.step}: {command.name} running"):
+                return command.run(workspace, action.arg)
         except (Submitted, Stop, KeyboardInterrupt, ModelUnavailable, ModelError, ConfigError):
             raise
         except Exception as exc:  # a failing command is an observation, never the end of the run
@@ -562,7 +586,8 @@ class Agent:
                   "prompt_tokens": state.prompt_tokens, "completion_tokens": state.completion_tokens,
                   "cost_usd": round(state.cost_usd, 6), "started_at": state.started_at,
                   "ended_at": None if status == "running" else now_iso(), "model": self.settings.model,
-                  "exit_code": exit_code, "message": message, "code_isolation": self.isolation}
+                  "exit_code": exit_code, "message": message, "code_isolation": self.isolation,
+                  **process_identity()}
         return result
 
 

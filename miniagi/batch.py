@@ -24,6 +24,10 @@ from rich.text import Text
 from .config import OPTIONS_BY_NAME, ConfigError, Settings, read_dotenv
 from .runs import now_iso
 from .secrets import Redactor, redact_data
+from .ui import make_console
+
+
+RESUMABLE = ("limit", "interrupted")
 
 
 @dataclass(frozen=True)
@@ -95,6 +99,8 @@ def latest_results(results_path: Path) -> dict[str, dict]:
 
 
 def _env_value(value) -> str:
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(str, value))
     return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
@@ -111,12 +117,13 @@ class Batch:
         self.options = options  # run options given to `miniagi batch`, under each objective's own
         self.max_batch_cost = max_batch_cost
         self.timeout_s = timeout_s
-        self.console = console or Console(stderr=True, highlight=False)
+        self.console = console or make_console(stderr=True)
         self.lock = threading.Lock()
         self.running: dict[str, subprocess.Popen] = {}
         self.finished: dict[str, dict] = {}
         self.spent = 0.0
         self.stopping = False
+        self.previous: dict[str, dict] = {}  # the results of an earlier run of this batch
         self.redact = Redactor(os.environ, read_dotenv())  # results and logs pass the same gate as a run's files
 
     # --- one objective --------------------------------------------------------------------------------------------
@@ -140,9 +147,18 @@ class Batch:
                 "run_id": None, "steps": 0, "cost_usd": 0.0, "exit_code": None, "message": message,
                 "finished_at": now_iso()}
 
+    def _resumable(self, objective: Objective) -> str | None:
+        """The run to continue instead of starting over: the last one of this objective, stopped by a limit or
+        interrupted (a rerun with a higher --max-steps goes on where it stopped)."""
+        last = self.previous.get(objective.id) or {}
+        if last.get("objective") == objective.objective and last.get("status") in RESUMABLE and last.get("run_id"):
+            return last["run_id"]
+        return None
+
     def _run_process(self, objective: Objective) -> dict:
+        resume = self._resumable(objective)
         if self.cluster is not None:  # on whichever node of the Ray cluster has room
-            reference = self.cluster.submit(objective.objective, self._option_env(objective), self.timeout_s)
+            reference = self.cluster.submit(objective.objective, self._option_env(objective), self.timeout_s, resume)
             with self.lock:
                 self.running[objective.id] = reference
             try:
@@ -153,7 +169,7 @@ class Batch:
         else:
             outcome = run_objective(objective.objective, {**os.environ, **self._option_env(objective)},
                                     self.timeout_s, on_start=lambda process: self._started(objective, process),
-                                    on_end=lambda: self._ended(objective))
+                                    on_end=lambda: self._ended(objective), resume=resume)
         self.logs.mkdir(parents=True, exist_ok=True)
         log_path = self.logs / f"{_safe(objective.id)}.log"
         log_path.write_text(self.redact(outcome.stderr), encoding="utf-8")
@@ -201,7 +217,7 @@ class Batch:
 
     # --- the batch ------------------------------------------------------------------------------------------------
     def run(self) -> int:
-        previous = latest_results(self.results_path)
+        previous = self.previous = latest_results(self.results_path)
         todo = [o for o in self.objectives if not (previous.get(o.id, {}).get("status") == "done"
                                                   and previous[o.id].get("objective") == o.objective)]
         skipped = len(self.objectives) - len(todo)
@@ -296,12 +312,16 @@ class Outcome:
     node: str = ""
 
 
-def run_objective(objective: str, env: dict, timeout_s: float | None, on_start=None, on_end=None) -> Outcome:
-    """One objective as its own `miniagi run` process, in its own process group. Here or on a Ray node."""
+def run_objective(objective: str, env: dict, timeout_s: float | None, on_start=None, on_end=None,
+                  resume: str | None = None) -> Outcome:
+    """One objective as its own `miniagi run` (or `miniagi resume RUN_ID`) process, in its own process group.
+    Here or on a Ray node."""
     import socket
 
-    # the objective goes in on stdin (`run -`): no limit on its size, and any text at all can be carried
-    process = subprocess.Popen([sys.executable, "-m", "miniagi", "run", "--json", "-"], env=env,
+    # the objective goes in on stdin (`run -`): no limit on its size, and any text at all can be carried;
+    # a resumed run takes the batch's options as flags (its recorded settings would win over the environment)
+    command = ["resume", resume, "--json", *_option_flags(env)] if resume else ["run", "--json", "-"]
+    process = subprocess.Popen([sys.executable, "-m", "miniagi", *command], env=env,
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                encoding="utf-8", errors="replace", start_new_session=True)
     if on_start:
@@ -309,7 +329,7 @@ def run_objective(objective: str, env: dict, timeout_s: float | None, on_start=N
     timed_out = False
     try:
         try:
-            stdout, stderr = process.communicate(objective, timeout=timeout_s)
+            stdout, stderr = process.communicate("" if resume else objective, timeout=timeout_s)
         except (subprocess.TimeoutExpired, KeyboardInterrupt) as stop:  # a timeout, or a cancelled Ray task
             timed_out = isinstance(stop, subprocess.TimeoutExpired)
             os.killpg(process.pid, signal.SIGINT)  # let it save its state, then insist
@@ -340,8 +360,8 @@ class RayCluster:
                  configure_logging=False)
         self.remote = ray.remote(num_cpus=1, max_retries=0)(run_on_node)
 
-    def submit(self, objective: str, option_env: dict, timeout_s: float | None):
-        return self.remote.remote(objective, option_env, timeout_s)
+    def submit(self, objective: str, option_env: dict, timeout_s: float | None, resume: str | None = None):
+        return self.remote.remote(objective, option_env, timeout_s, resume)
 
     def wait(self, reference) -> Outcome:
         try:
@@ -358,9 +378,26 @@ class RayCluster:
         self.ray.shutdown()
 
 
-def run_on_node(objective: str, option_env: dict, timeout_s: float | None) -> Outcome:
+def run_on_node(objective: str, option_env: dict, timeout_s: float | None, resume: str | None = None) -> Outcome:
     """A Ray task: the objective runs with the node's own environment plus the batch's run options."""
-    return run_objective(objective, {**os.environ, **option_env}, timeout_s)
+    return run_objective(objective, {**os.environ, **option_env}, timeout_s, resume=resume)
+
+
+def _option_flags(env: dict) -> list[str]:
+    """The batch's run options (MINIAGI_* in env) as `miniagi resume` flags."""
+    flags: list[str] = []
+    for option in OPTIONS_BY_NAME.values():
+        value = env.get(option.env)
+        if value is None or option.name in ("unattended",):
+            continue
+        if option.boolean:
+            if option.name == "critic":
+                flags.append("--critic" if value == "true" else "--no-critic")
+            elif value == "true":
+                flags.append(option.flag)
+        else:
+            flags += [option.flag, value]
+    return flags
 
 
 def _preview(text: str, width: int = 100) -> str:

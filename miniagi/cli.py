@@ -4,6 +4,7 @@ runs. Usage and configuration problems print one line and exit 2."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import json
 import os
@@ -82,8 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 "ended done, else 3.")
     batch.add_argument("file", help="the objectives: .txt or .jsonl")
     batch.add_argument("--workers", type=int, default=2, help="objectives run at once (default 2)")
-    batch.add_argument("--out", default=None, help="where results.jsonl and logs/ go (default: FILE's name + "
-                       "-results)")
+    batch.add_argument("--out", default=None, help="where results.jsonl and logs/ go (default: jobs.txt → "
+                       "jobs-txt-results)")
     batch.add_argument("--max-batch-cost", type=float, default=None, metavar="USD",
                        help="start no new objective once the batch has spent this much")
     batch.add_argument("--timeout", type=float, default=None, metavar="S", help="stop an objective after S seconds")
@@ -111,6 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
     memory.add_argument("--home", default=None, help="where the memory lives [MINIAGI_HOME]")
     memory.add_argument("--embedding-model", dest="embedding_model", default=None,
                         help="local or an endpoint model [MINIAGI_EMBEDDING_MODEL]")
+    memory.add_argument("--memory-url", dest="memory_url", default=None,
+                        help="a chromadb server holding the memory [MINIAGI_MEMORY_URL]")
+    memory.add_argument("-y", "--yes", action="store_true", help="clear without asking (clear)")
     return parser
 
 
@@ -127,14 +131,24 @@ def _finish(result, as_json: bool) -> int:
     return result.exit_code
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    from .agent import Agent
+def _starting():
+    """A sign of life while the agent's libraries load (a second or two) — in a terminal only."""
+    from .ui import make_console
 
+    console = make_console(stderr=True)
+    return console.status("starting…", spinner="dots") if console.is_terminal else contextlib.nullcontext()
+
+
+def cmd_run(args: argparse.Namespace) -> int:
     settings = resolve_settings(_flags(args))
     objective = " ".join(args.objective)
     if objective == "-":  # from stdin: any size, any text (this is how batch hands objectives over)
         objective = sys.stdin.read()
-    result = Agent(settings).run(objective)
+    with _starting():
+        from .agent import Agent
+
+        agent = Agent(settings)
+    result = agent.run(objective)
     return _finish(result, args.json)
 
 
@@ -175,7 +189,8 @@ def cmd_batch(args: argparse.Namespace) -> int:
         raise ConfigError("--workers must be at least 1")
     options = {name: value for name, value in _flags(args).items() if value is not None}
     resolve_settings(options)  # a bad option fails here, once, not in every worker
-    out = Path(args.out) if args.out else path.with_name(path.stem + "-results")
+    # from the whole file name: jobs.txt and jobs.jsonl beside each other keep their results apart
+    out = Path(args.out) if args.out else path.with_name(path.name.replace(".", "-") + "-results")
     cluster = None
     if args.ray:
         from .batch import RayCluster
@@ -194,7 +209,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from .ui import Terminal
 
     settings = resolve_settings({"home": args.home})
-    ui = Terminal(interactive=sys.stdin is not None and sys.stdin.isatty() and not args.yes)
+    ui = Terminal(interactive=sys.stdin is not None and sys.stdin.isatty())
     report = replay(args.source, settings, {"yes": args.yes, "workdir": args.workdir}, ui=ui)
     if args.json:
         print(json.dumps(report.to_dict(), ensure_ascii=False))
@@ -213,21 +228,46 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0 if report.reproduced else 1
 
 
+class MemoryUnavailable(Exception):
+    """The vector memory cannot be opened or reached: one line, exit 1."""
+
+
 def cmd_memory(args: argparse.Namespace) -> int:
     from .agent import open_vector_memory
+    from .config import read_dotenv
+    from .secrets import Redactor
+
+    settings = resolve_settings({"home": args.home, "embedding_model": args.embedding_model,
+                                 "memory_url": args.memory_url})
+    vectors = open_vector_memory(settings.with_overrides({"memory_scope": "global"}), os.environ, None)
+    redact = Redactor(os.environ, read_dotenv())  # memories stored before the secret gate existed, too
+    where = {"run": args.run} if args.run else None
+    try:
+        return _memory_action(args, vectors, settings, where, redact)
+    except (ConfigError, OSError):
+        raise
+    except Exception as exc:  # chromadb: a server that is not there, a store it cannot open
+        raise MemoryUnavailable(f"the memory at {settings.memory_url or settings.home_path / 'memory'} cannot be "
+                                f"used: {type(exc).__name__}: {exc}") from None
+
+
+def _memory_action(args: argparse.Namespace, vectors, settings, where, redact) -> int:
     from .report import print_memory_hits, print_memory_stats
 
-    settings = resolve_settings({"home": args.home, "embedding_model": args.embedding_model})
-    vectors = open_vector_memory(settings.with_overrides({"memory_scope": "global"}), os.environ, None)
-    where = {"run": args.run} if args.run else None
     if args.action == "search":
         query = " ".join(args.query).strip()
         if not query:
             raise ConfigError('memory search needs a query: miniagi memory search "what to look for"')
-        print_memory_hits(vectors.search(query, max(1, args.limit), where=where), as_json=args.json)
+        print_memory_hits(vectors.search(query, max(1, args.limit), where=where), as_json=args.json, redact=redact)
     elif args.action == "stats":
         print_memory_stats(vectors.stats(), as_json=args.json)
     else:
+        if not args.yes and not args.run and sys.stdin is not None and sys.stdin.isatty():
+            answer = input(f"Delete ALL {vectors.stats()['items']} memories in {settings.memory_url or settings.home_path}"
+                           " (every run's)? [y/N] ")
+            if answer.strip().lower() not in ("y", "yes"):
+                print("nothing was deleted")
+                return 1
         removed = vectors.delete(where)
         print(json.dumps({"removed": removed}) if args.json else
               f"removed {removed} memories{f' of run {args.run}' if args.run else ''}")
@@ -269,21 +309,38 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if argv[0] not in HANDLERS and argv[0] not in ("-h", "--help", "--version"):
         argv.insert(0, "run")  # the default command: `miniagi "objective"`
-    args = parser.parse_args(argv)  # a usage error prints the usage and one line, and exits 2
+    try:
+        args = parser.parse_args(argv)  # a usage error prints the usage and one line, and exits 2
+    except SystemExit as stop:
+        if stop.code == 2 and argv[0] in HANDLERS and argv[0] != "run":
+            _objective_hint(argv)
+        raise
     try:
         return HANDLERS[args.command](args)
     except ConfigError as error:
         print(f"miniagi: {error}", file=sys.stderr)
+        if str(error).startswith("no run ") and argv[0] in ("show", "resume", "replay") and len(argv) > 1:
+            _objective_hint(argv)
         return 2
     except KeyboardInterrupt:
         print("miniagi: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # `miniagi runs | head`
         return 0
+    except MemoryUnavailable as error:
+        print(f"miniagi: {error}", file=sys.stderr)
+        return 1
     except OSError as error:  # the home or the disk: unwritable, full, a file where a folder should be
         where = f" {error.filename}" if error.filename else ""
         print(f"miniagi: cannot use{where}: {error.strerror or error}", file=sys.stderr)
         return 2 if error.errno in UNUSABLE_PLACE else 1  # else: the disk (full, failing)
+
+
+def _objective_hint(argv: list[str]) -> None:
+    """`miniagi show me the largest file` meant an objective that starts with a command's name."""
+    words = " ".join(argv)
+    print(f"miniagi: {argv[0]!r} is a miniagi command; if \"{words}\" is an objective, quote it or say run first: "
+          f"miniagi run \"{words}\"", file=sys.stderr)
 
 
 def entry() -> None:

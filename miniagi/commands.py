@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 INGEST_CHUNK_TOKENS = 250  # what the embedding model reads of a text
 INGEST_OVERLAP_TOKENS = 30
-MAX_INGEST_CHARS = 2_000_000  # ~500k tokens, ~2,000 parts: what one ingest embeds and stores at most
+MAX_INGEST_CHARS = 1_000_000  # ~250k tokens, ~1,100 parts (~90 s of local embedding): what one ingest stores
 MAX_PROCESS_CHARS = 2_000_000  # what one process_data reads of a source (~70 summarizer calls at 8k context)
 INGEST_BATCH = 128  # parts embedded and stored at a time, so a large source is never held embedded in memory
 INGEST_SUMMARY_TOKENS = 150
@@ -132,9 +132,10 @@ def ingest_data(workspace: "Workspace", spec: str) -> str:
         return f"Could not read the source: {exc}"
     key = source if is_url(source) else str((workspace.workdir / Path(source).expanduser()).resolve())
     counter = workspace.counter
-    text = document.text[:MAX_INGEST_CHARS]
-    if len(document.text) > len(text):
-        workspace.progress(f"{source} holds {len(document.text) / 1e6:.1f} MB of text; storing the first "
+    text, total_chars = document.text[:MAX_INGEST_CHARS], len(document.text)
+    document = replace(document, text="")  # the rest of a huge source is not kept in memory while we work
+    if total_chars > len(text):
+        workspace.progress(f"{source} holds {total_chars / 1e6:.1f} MB of text; storing the first "
                            f"{MAX_INGEST_CHARS / 1e6:.0f} MB")
     chunks = split_by_tokens(text, counter, INGEST_CHUNK_TOKENS, overlap=INGEST_OVERLAP_TOKENS)
     replaced = store.delete({"source": key})
@@ -152,11 +153,11 @@ def ingest_data(workspace: "Workspace", spec: str) -> str:
                        chunk_tokens=workspace.chunk_budget)
     stored = (f"Stored {len(chunks)} parts ({counter.count(text):,} tokens) in memory"
               + (f", replacing the {replaced} parts stored before" if replaced else "")
-              + (f"; the source holds {len(document.text):,} characters and only the first {len(text):,} were "
-                 "stored (split it to store the rest)" if len(document.text) > len(text) else "")
+              + (f"; the source holds {total_chars:,} characters and only the first {len(text):,} were "
+                 "stored (split it to store the rest)" if total_chars > len(text) else "")
               + ". Later steps recall the parts relevant to them; for a precise question over the whole source, "
                 "use process_data.")
-    about = "Summary" if len(first_part) >= len(document.text) else "Summary of its beginning"
+    about = "Summary" if len(first_part) >= total_chars else "Summary of its beginning"
     return f"{document.header()}\n{stored}\n{about}:\n" + untrusted(f"summary of {source}", summary)
 
 

@@ -6,7 +6,9 @@ names and the MiniAGI aliases are all generated from it.
 
 from __future__ import annotations
 
+import functools
 import os
+import sys
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -58,8 +60,8 @@ def parse_positive_float(text: str) -> float:
 
 def parse_memory_scope(text: str) -> str:
     value = str(text).strip().lower()
-    if value not in ("global", "run", "off"):
-        raise ValueError(f"{text!r} is not one of global, run, off")
+    if value not in ("workdir", "global", "run", "off"):
+        raise ValueError(f"{text!r} is not one of workdir, global, run, off")
     return value
 
 
@@ -119,7 +121,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("workdir", parse_text, "where code and shell commands run and files are written",
            aliases=("WORK_DIR",), metavar="DIR"),
     Option("home", parse_text, "where runs/ and the persistent memory live (default ~/.miniagi)", metavar="DIR"),
-    Option("exec_timeout", parse_non_negative_float, "time limit in seconds of one execute_python / execute_shell",
+    Option("exec_timeout", parse_positive_float, "time limit in seconds of one execute_python / execute_shell",
            metavar="S"),
     Option("pass_env", parse_names, "an environment variable executed code may see, besides the harmless ones it "
            "always sees (PATH, LANG, LC_*, TERM, TZ, proxies); repeatable", metavar="NAME", repeatable=True),
@@ -134,8 +136,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("unattended", parse_bool, "never wait for a person", boolean=True),
     Option("debug", parse_bool, "print each full context and raw model response; keep full prompts in the trace",
            aliases=("DEBUG",), boolean=True),
-    Option("memory_scope", parse_memory_scope, "what recall searches: global (all runs), run (this run only) or "
-           "off (no vector memory)", metavar="SCOPE"),
+    Option("memory_scope", parse_memory_scope, "what recall searches: workdir (the runs of this work directory), "
+           "global (all runs), run (this run only) or off (no vector memory)", metavar="SCOPE"),
     Option("memory_url", parse_text, "a chromadb server (http://HOST:PORT, from `chroma run`) to keep the persistent "
            "memory in, shared by every machine that points at it (default: $MINIAGI_HOME/memory)", metavar="URL"),
     Option("embedding_model", parse_text, "embeddings for vector memory: local (offline MiniLM) or a model name "
@@ -167,10 +169,16 @@ class Settings:
     yes: bool = False
     unattended: bool = False
     debug: bool = False
-    memory_scope: str = "global"
+    memory_scope: str = "workdir"
     memory_url: str | None = None
     embedding_model: str = "local"
     prices: str | None = None
+
+    @classmethod
+    def from_environment(cls, **options: Any) -> "Settings":
+        """The settings the CLI would use: these options over MINIAGI_* variables over ./.env over defaults.
+        (Plain `Settings(...)` takes only what it is given: it reads no environment.)"""
+        return resolve_settings(options)
 
     def model_for(self, role: str) -> str:
         """Each role has its own model setting, falling back to the agent's model."""
@@ -228,16 +236,42 @@ def _parse(option: Option, value: Any, source: str) -> Any:
 def read_dotenv(directory: Path | None = None) -> dict[str, str]:
     """The .env of the current directory (MiniAGI keeps its settings there)."""
     path = (directory or Path.cwd()) / ".env"
-    if not path.is_file():
-        return {}
+    try:
+        modified = path.stat().st_mtime_ns if path.is_file() else None
+    except OSError:
+        modified = None
+    return {} if modified is None else dict(_parse_dotenv(str(path), modified))
+
+
+@functools.lru_cache(maxsize=8)
+def _parse_dotenv(path: str, modified: int) -> tuple[tuple[str, str], ...]:
+    """One parse per version of the file: a line it cannot parse is reported once, with the file's name."""
+    import logging
+
     from dotenv import dotenv_values
 
+    problems: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            problems.append(record.getMessage().replace("python-dotenv ", ""))
+
+    logger = logging.getLogger("dotenv.main")
+    handler, propagate = Collect(), logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
     try:
-        return {k: v for k, v in dotenv_values(path, encoding="utf-8").items() if v is not None}
+        values = dotenv_values(path, encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start}): save it as UTF-8") from None
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
+    for problem in problems:
+        print(f"miniagi: {path}: {problem} (the line is ignored)", file=sys.stderr)
+    return tuple((k, v) for k, v in values.items() if v is not None)
 
 
 def resolve_settings(

@@ -24,6 +24,7 @@ from .containment import Containment
 from .sandbox import Launch, Sandbox
 
 INTERRUPT_GRACE_S = 2.0
+WORKER_START_S = 120.0  # a worker's start-up (not counted in --exec-timeout: a loaded machine can be slow)
 
 
 def cut_marker(cut_chars: int) -> str:
@@ -118,6 +119,10 @@ def _in_group(entry: Path, pgid: int, live_only: bool = False) -> bool:
         return False
 
 
+class WorkerStartFailed(Exception):
+    pass
+
+
 @dataclass(frozen=True)
 class ExecResult:
     output: str
@@ -166,6 +171,12 @@ class PythonSession:
         os.close(response_write)
         self.requests = os.fdopen(request_write, "w", encoding="utf-8")
         self.responses = response_read
+        try:
+            ready = self._wait_reply(WORKER_START_S)
+        except TimeoutError:
+            ready = None
+        if ready is None:
+            raise WorkerStartFailed(f"the Python worker did not start within {WORKER_START_S:g} s")
 
     @staticmethod
     def _worker_env(env: dict[str, str]) -> dict[str, str]:
@@ -184,7 +195,11 @@ class PythonSession:
             if self.process is not None:
                 restarted = "(A fresh Python worker was started for this code; earlier state was lost.)"
             self._close_worker()
-            self._start()
+            try:
+                self._start()
+            except WorkerStartFailed as exc:
+                self._close_worker()
+                return ExecResult("", ok=False, note=f"{exc}; nothing was run. Try again.")
         self.runs += 1
         request = {"code": code, "output": str(self.output_path), "label": f"<step code {self.runs}>"}
         try:

@@ -113,7 +113,8 @@ class OpenAIModel:
     """Any OpenAI-compatible chat endpoint (OpenAI, Ollama, vLLM, llama.cpp server, LM Studio, gateways)."""
 
     def __init__(self, endpoint: Endpoint, prices: PriceTable | None = None, *, retries: int = 4,
-                 backoff_s: float = 0.5, request_timeout_s: float = 120.0, timeout_retries: int = 1):
+                 backoff_s: float = 0.5, request_timeout_s: float = 120.0, timeout_retries: int = 1,
+                 on_retry: Callable[[str], None] | None = None):
         import httpx
         import openai
 
@@ -123,6 +124,7 @@ class OpenAIModel:
         self.retries = retries
         self.timeout_retries = timeout_retries  # a silent endpoint costs request_timeout_s per try: few tries
         self.request_timeout_s = request_timeout_s
+        self.on_retry = on_retry  # told about each wait, so a 10 s Retry-After does not look like a hang
         self.backoff_s = backoff_s
         # a local server needs no key, but the client insists on one
         self.client = openai.OpenAI(
@@ -186,7 +188,11 @@ class OpenAIModel:
                                   f"the endpoint {where} answered with a body that is not valid JSON "
                                   f"({type(exc).__name__}: {str(exc)[:80]})"), exc
             if attempt < self.retries:
-                time.sleep(self._delay(attempt, error))
+                delay = self._delay(attempt, error)
+                if self.on_retry is not None:
+                    self.on_retry(f"{problem}; retrying in {delay:.0f} s (attempt {attempt + 2} of "
+                                  f"{self.retries + 1})")
+                time.sleep(delay)
         raise ModelUnavailable(f"{problem} (gave up after {attempts} attempts)")
 
     def _completion(self, response, messages: list[Message], model: str, latency: float) -> Completion:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from .config import ConfigError, Settings
 from .model import Completion, ScriptExhausted, local_completion
+from .commands import COMMANDS
 from .runs import RunRecord, RunStore
 
 
@@ -124,12 +125,27 @@ def replay(source: str, settings: Settings, overrides: dict, ui=None) -> ReplayR
 
     store = RunStore(settings.home_path)
     recording = load_recording(source, store)
+    # a trace never grants approval: -y must be given now, or the person at the terminal is asked, as by `run`
+    yes = bool(overrides.get("yes"))
+    interactive = ui is not None and ui.interactive
     replay_settings = Settings.from_dict(recording.settings).with_overrides(
-        {**{k: v for k, v in overrides.items() if v is not None}, "home": str(settings.home_path)})
+        {**{k: v for k, v in overrides.items() if v is not None}, "home": str(settings.home_path), "yes": yes,
+         "unattended": not interactive})
+    runs_code = sorted({c for c in recording.commands.values() if c in COMMANDS and COMMANDS[c].needs_approval})
+    if runs_code and not yes and not interactive:
+        raise ConfigError(f"this replay runs the recorded {' and '.join(runs_code)} commands again: give -y to "
+                          "allow it (there is no terminal to ask in)")
     if not overrides.get("workdir") and not replay_settings.workdir_path.is_dir():
         # a trace from another machine: its workdir is not here, so the commands run in the current directory
         replay_settings = replay_settings.with_overrides({"workdir": str(Path.cwd())})
+        if ui is not None and runs_code:
+            ui.warn(f"the recorded work directory {recording.settings.get('workdir')} is not here: commands run in "
+                    f"{replay_settings.workdir_path} (use --workdir DIR to choose)")
+    elif ui is not None and runs_code:
+        ui.warn(f"commands run in {replay_settings.workdir_path}")
     model = ReplayModel(recording.responses)
+    if ui is not None:
+        ui.calls_label = "replayed response"
     result = Agent(replay_settings, model=model, ui=ui).run(recording.objective, origin={"replay_of": recording.run_id})
     replayed = Recording.from_events(list(store.open(result.run_id).events()), result.run_id)
     differing, first = compare(recording, replayed)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from .runs import RunRecord, RunStore
+from .ui import make_console, plural
 
 STATUS_STYLES = {"done": "green", "running": "cyan", "limit": "yellow", "interrupted": "yellow"}
 
@@ -18,9 +18,15 @@ def print_runs(store: RunStore, status: str | None = None, as_json: bool = False
     if as_json:
         print(json.dumps(results, ensure_ascii=False))
         return
-    console = Console(highlight=False)
+    console = make_console()
     if not results:
         console.print(f"no runs{f' with status {status}' if status else ''} under {store.root}")
+        return
+    if not console.is_terminal:  # a pipe or a file: one whole line per run, tab-separated, for grep and cut
+        print("id\tstatus\tsteps\tcost\tobjective")
+        for result in results:
+            print("\t".join([str(result.get("run_id", "?")), str(result.get("status", "?")), str(result.get("steps", 0)),
+                             f"${result.get('cost_usd', 0):.4f}", " ".join(str(result.get("objective", "")).split())]))
         return
     table = Table(box=None, header_style="bold")
     for column, justify in (("id", "left"), ("status", "left"), ("steps", "right"), ("cost", "right"),
@@ -40,7 +46,7 @@ def print_run(record: RunRecord, raw: bool = False, as_json: bool = False) -> No
     if as_json:
         print(json.dumps({"result": result, "events": list(record.events())}, ensure_ascii=False))
         return
-    console = Console(highlight=False)
+    console = make_console()
     usage: dict[int, list[float]] = {}
     for event in record.events():
         kind, step = event.get("type"), event.get("step", 0)
@@ -61,13 +67,14 @@ def print_run(record: RunRecord, raw: bool = False, as_json: bool = False) -> No
         elif kind == "action":
             prompt, completion, cost = usage.get(step, [0, 0, 0.0])
             console.print()
-            console.print(Text.assemble((f"step {step} ", "bold"), (event.get("command", ""), "bold magenta"),
+            console.print(Text.assemble((f"step {step} ", "bold"), (f"command: {event.get('command', '')}",
+                                                                   "bold magenta"),
                                         (f"  {prompt}+{completion} tokens · ${cost:.4f}", "dim")))
             if event.get("thought"):
                 console.print(Text(f"thought: {event['thought']}", style="italic"))
-            console.print(Text(event.get("arg", ""), style="yellow"))
+            console.print(Text("argument:\n" + _indent(event.get("arg", "")), style="yellow"))
         elif kind == "observation":
-            console.print(Text(event.get("text", ""), style="dim"))
+            console.print(Text("observation:\n" + _indent(event.get("text", "")), style="dim"))
         elif kind == "format_error":
             console.print()
             console.print(Text(f"step {step} format error", style="bold red"))
@@ -79,7 +86,8 @@ def print_run(record: RunRecord, raw: bool = False, as_json: bool = False) -> No
             console.print(Text(f"ended: {event.get('status')}"
                                + (f" — {event['message']}" if event.get("message") else ""), style="bold"))
     if result:
-        console.print(Text(f"{result.get('steps')} steps · {result.get('llm_calls')} model calls · "
+        console.print(Text(f"{plural(result.get('steps') or 0, 'step')} · "
+                           f"{plural(result.get('llm_calls') or 0, 'model call')} · "
                            f"{result.get('prompt_tokens')}+{result.get('completion_tokens')} tokens · "
                            f"${result.get('cost_usd', 0):.4f}", style="dim"))
         if result.get("answer") is not None:
@@ -87,18 +95,18 @@ def print_run(record: RunRecord, raw: bool = False, as_json: bool = False) -> No
             console.print(Text(str(result["answer"])))
 
 
-def print_memory_hits(hits, as_json: bool = False) -> None:
+def print_memory_hits(hits, as_json: bool = False, redact=lambda text: text) -> None:
     if as_json:
-        print(json.dumps([{"id": h.id, "text": h.text, "distance": round(h.distance, 4), **h.metadata} for h in hits],
-                         ensure_ascii=False))
+        print(json.dumps([{"id": h.id, "text": redact(h.text), "distance": round(h.distance, 4), **h.metadata}
+                          for h in hits], ensure_ascii=False))
         return
-    console = Console(highlight=False)
+    console = make_console()
     if not hits:
         console.print("no memories found")
     for hit in hits:
         where = f"document {hit.metadata.get('source')}" if hit.kind == "document" else f"run {hit.run} step {hit.step}"
         console.print(Text.assemble((f"{1 - hit.distance:.3f} ", "bold"), (f"{hit.kind} · {where}", "dim")))
-        console.print(Text(hit.text[:500] + ("…" if len(hit.text) > 500 else "")))
+        console.print(Text(redact(hit.text[:500]) + ("…" if len(hit.text) > 500 else "")))
 
 
 def print_memory_stats(stats: dict, as_json: bool = False) -> None:
@@ -108,3 +116,7 @@ def print_memory_stats(stats: dict, as_json: bool = False) -> None:
     kinds = ", ".join(f"{count} {kind}" for kind, count in sorted(stats["kinds"].items())) or "nothing yet"
     print(f"{stats['items']} memories from {stats['runs']} runs ({kinds})\n"
           f"embeddings: {stats['embedder']} · stored in {stats['path']}")
+
+
+def _indent(text: str) -> str:
+    return "\n".join("  " + line for line in str(text).splitlines()) or "  (none)"

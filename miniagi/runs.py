@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import socket
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -70,10 +71,15 @@ class RunRecord:
         os.replace(partial, self.result_path)
 
     def read_result(self) -> dict:
+        """result.json; a run still marked running whose process is gone (killed) reads as interrupted."""
         try:
-            return json.loads(self.result_path.read_text(encoding="utf-8"))
+            result = json.loads(self.result_path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return {}
+        if result.get("status") == "running" and _process_gone(result):
+            result.update(status="interrupted", message=f"its process ({result.get('pid')}) is gone: it was killed "
+                          f"or crashed. `miniagi resume {self.run_id}` continues it")
+        return result
 
     def events(self) -> Iterator[dict]:
         """The trace's events; a line torn by a crash mid-write is skipped."""
@@ -90,6 +96,27 @@ class RunRecord:
         if self._trace is not None:
             self._trace.close()
             self._trace = None
+
+
+def process_identity() -> dict:
+    """What tells this process apart from a later one with the same pid: host, pid and start time."""
+    return {"host": socket.gethostname(), "pid": os.getpid(), "pid_started": _start_time(os.getpid())}
+
+
+def _start_time(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat[stat.rindex(")") + 2:].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _process_gone(result: dict) -> bool:
+    """Whether the process that wrote a running result has ended (known only on the machine it ran on)."""
+    pid = result.get("pid")
+    if not isinstance(pid, int) or result.get("host") != socket.gethostname() or result.get("pid_started") is None:
+        return False
+    return _start_time(pid) != result["pid_started"]
 
 
 class RunStore:

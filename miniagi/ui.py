@@ -6,6 +6,8 @@ stdout is kept for the final answer alone, so `miniagi "…" > answer.txt` works
 from __future__ import annotations
 
 import contextlib
+import threading
+import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -25,6 +27,18 @@ class Approval:
     observation: str = ""  # what the model is told when the command does not run
 
 
+def make_console(stderr: bool = False) -> Console:
+    """A console for our output; into a file or a pipe, lines are never wrapped, so a command in them can be
+    copied and a grep finds whole lines."""
+    console = Console(stderr=stderr, highlight=False)
+    console.soft_wrap = not console.is_terminal
+    return console
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
 def _preview(text: str, lines: int, width: int = 160) -> str:
     kept = [line[:width] + ("…" if len(line) > width else "") for line in text.splitlines()[:lines]]
     more = len(text.splitlines()) - lines
@@ -34,13 +48,12 @@ def _preview(text: str, lines: int, width: int = 160) -> str:
 class Terminal:
     def __init__(self, *, interactive: bool, debug: bool = False, quiet: bool = False,
                  redact: Callable[[str], str] = lambda text: text):
-        self.console = Console(stderr=True, highlight=False, soft_wrap=False)
-        if not self.console.is_terminal:  # a log or a pipe: lines stay whole, so commands in them can be copied
-            self.console.soft_wrap = True
+        self.console = make_console(stderr=True)
         self.interactive = interactive
         self.debug = debug
         self.quiet = quiet
         self.redact = redact  # every text shown passes the agent's secret gate
+        self.calls_label = "model call"  # a replay says "replayed response": it makes no model call
 
     def say(self, markup: str) -> None:
         if not self.quiet:
@@ -53,14 +66,34 @@ class Terminal:
         self.say(Text(f"objective: {self.redact(objective)}", style="cyan"))
 
     def thinking(self, step: int):
+        return self.working(f"step {step}: thinking")
+
+    @contextlib.contextmanager
+    def working(self, what: str):
+        """A spinner with the time elapsed, while the model thinks or a command runs (in a terminal)."""
         if self.quiet or not self.console.is_terminal:
-            return contextlib.nullcontext()
-        return self.console.status(f"step {step}: thinking…", spinner="dots")
+            yield
+            return
+        started = time.monotonic()
+        stop = threading.Event()
+        with self.console.status(f"{what}…", spinner="dots") as status:
+            def tick() -> None:
+                while not stop.wait(1.0):
+                    status.update(f"{what}… {time.monotonic() - started:.0f} s")
+
+            ticker = threading.Thread(target=tick, name="elapsed", daemon=True)
+            ticker.start()
+            try:
+                yield
+            finally:
+                stop.set()
+                ticker.join()
 
     def action(self, step: int, thought: str, command: str, arg: str, cost_usd: float) -> None:
         if self.quiet:
             return
-        header = Text.assemble((f"step {step} ", "bold"), (command, "bold magenta"), (f"  ${cost_usd:.4f}", "dim"))
+        header = Text.assemble((f"step {step} ", "bold"), (command, "bold magenta"),
+                               (f"  ${cost_usd:.4f} so far", "dim"))
         self.console.print(header)
         if thought:
             self.console.print(Text(f"  {_preview(self.redact(thought), 3)}", style="italic"))
@@ -96,7 +129,7 @@ class Terminal:
         lexer = "python" if command == "execute_python" else "bash"
         self.console.print(Panel(Syntax(self.redact(arg), lexer, word_wrap=True), title=f"{command}: run this?",
                                  border_style="yellow"))
-        answer = self.console.input("[bold]Run it?[/] [Y]es / [n]o / or type feedback for the agent: ").strip()
+        answer = self._input("[bold]Run it?[/] \\[Y]es / \\[n]o / or type feedback for the agent: ").strip()
         if answer.lower() in ("", "y", "yes"):
             return Approval(True)
         if answer.lower() in ("n", "no"):
@@ -105,15 +138,23 @@ class Terminal:
 
     def ask_user(self, message: str) -> str:
         self.console.print(Panel(Text(self.redact(message)), title="the agent asks", border_style="cyan"))
-        return self.console.input("[bold]your reply:[/] ")
+        return self._input("[bold]your reply:[/] ")
+
+    def _input(self, prompt: str) -> str:
+        """A line from the person; Ctrl-D (end of input) is taken as Ctrl-C: they want to stop."""
+        try:
+            return self.console.input(prompt)
+        except EOFError:
+            self.console.print()
+            raise KeyboardInterrupt from None
 
     def run_ended(self, result: dict) -> None:
         status = result.get("status")
         style = "green" if status == "done" else "red"
         self.console.print(Text.assemble(
             (f"run {result.get('run_id')} ", "bold"), (str(status), f"bold {style}"),
-            (f" · {result.get('steps')} steps · {result.get('llm_calls')} model calls · "
-             f"${result.get('cost_usd', 0):.4f}", "dim")))
+            (f" · {plural(result.get('steps') or 0, 'step')} · "
+             f"{plural(result.get('llm_calls') or 0, self.calls_label)} · ${result.get('cost_usd', 0):.4f}", "dim")))
         if result.get("message") and status != "done":
             self.console.print(Text(self.redact(result["message"]), style=style))
 

@@ -188,6 +188,8 @@ def serve(request_fd: int, response_fd: int, limits: dict) -> None:
     responses = os.fdopen(response_fd, "w", encoding="utf-8")
     namespace = {"__name__": "__main__", "__builtins__": __builtins__}
     signal.signal(signal.SIGXCPU, on_cpu_limit)
+    responses.write(json.dumps({"status": "ready"}) + "\n")  # the snippet's clock starts after start-up
+    responses.flush()
     for line in requests:
         request = json.loads(line)
         out = os.open(request["output"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -31,6 +31,8 @@ def isolated(tmp_path, monkeypatch):
     home, work = tmp_path / "home", tmp_path / "work"
     work.mkdir()
     monkeypatch.setenv("MINIAGI_HOME", str(home))
+    # nothing may reach the real ~/.miniagi, not even Settings() built without a home
+    monkeypatch.setenv("HOME", str(tmp_path / "user-home"))
     monkeypatch.chdir(work)  # no stray .env is read
     return SimpleNamespace(home=home, work=work)
 

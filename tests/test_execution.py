@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+import os
 
 from miniagi.execution import PythonSession, cap_text, run_shell
 from miniagi.secrets import child_environment
@@ -54,21 +54,29 @@ def test_code_runs_in_the_workdir_with_no_stdin_and_child_output_is_captured(tmp
 def test_shell_reports_exit_code_and_interactive_programs_fail_fast(tmp_path):
     result = run_shell("echo out; echo err >&2; exit 3", tmp_path, child_environment(), 10, 4000)
     assert "out" in result.output and "err" in result.output and result.note == "exit code 3" and not result.ok
-    started = time.monotonic()
-    result = run_shell("read answer; echo got:$answer", tmp_path, child_environment(), 10, 4000)
-    assert time.monotonic() - started < 5 and "got:" in result.output
+    result = run_shell("read answer; echo got:$answer", tmp_path, child_environment(), 60, 4000)
+    assert "got:" in result.output and "Timed out" not in result.note
 
 
 def test_shell_timeout_kills_the_process_group_including_background_children(tmp_path):
-    marker = tmp_path / "survived"
-    started = time.monotonic()
-    result = run_shell(f"(sleep 3; touch {marker}) & sleep 60", tmp_path, child_environment(), 1, 4000)
-    assert time.monotonic() - started < 10 and "Timed out after 1 s" in result.note
-    time.sleep(3.5)
-    assert not marker.exists()
+    result = run_shell("(sleep 300; touch survived) & sleep 60", tmp_path, child_environment(), 1, 4000)
+    assert "Timed out after 1 s" in result.note
+    assert not processes_in(tmp_path)  # the background job went with the command, at once
 
 
 def test_huge_output_is_read_without_loading_it(tmp_path):
     result = run_shell("head -c 50000000 /dev/zero | tr '\\0' 'z'; echo; echo LAST", tmp_path,
                        child_environment(), 60, 2000)
     assert len(result.output) < 3000 and "bytes cut" in result.output and result.output.rstrip().endswith("LAST")
+
+
+def processes_in(directory) -> list[int]:
+    """Processes whose working directory is `directory` (seen from outside any namespace)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and os.readlink(f"/proc/{entry}/cwd") == str(directory):
+                found.append(int(entry))
+        except OSError:
+            continue
+    return found

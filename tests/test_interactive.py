@@ -61,8 +61,9 @@ def test_headless_api_against_an_endpoint(llm, isolated):
 
     llm.add(act("done", "hello"))
     model = OpenAIModel(Endpoint(api_key="k", base_url=llm.url))
-    result = Agent(Settings(model="gpt-4o-mini", unattended=True), model=model).run("say hello")
+    result = Agent(Settings.from_environment(model="gpt-4o-mini", unattended=True), model=model).run("say hello")
     assert result.answer == "hello" and result.cost_usd > 0
+    assert [p.name for p in (isolated.home / "runs").iterdir()] == [result.run_id]  # MINIAGI_HOME was followed
 
 
 def test_debug_prints_context_and_raw_response_and_keeps_prompts(cli, llm, isolated):
@@ -74,3 +75,27 @@ def test_debug_prints_context_and_raw_response_and_keeps_prompts(cli, llm, isola
     calls = [e for e in map(json.loads, (directory / "trace.jsonl").read_text().splitlines())
              if e["type"] == "llm_call"]
     assert calls[0]["messages"][0]["role"] == "system"
+
+
+def test_replay_asks_before_running_recorded_code_and_never_takes_approval_from_the_trace(cli, llm, isolated):
+    llm.add(act("execute_shell", "echo replayed >> marker.txt"), act("done", "ok"))
+    assert cli("-y", "mark").returncode == 0  # recorded with -y
+    (recorded,) = run_dirs(isolated.home)
+    (isolated.work / "marker.txt").unlink()
+    headless = cli("replay", recorded.name)
+    assert headless.returncode == 2 and "give -y" in headless.stderr and not (isolated.work / "marker.txt").exists()
+    asked = run_in_terminal(llm, isolated, "n\n", "replay", recorded.name)
+    assert "Run it?" in asked.stderr and not (isolated.work / "marker.txt").exists()
+    assert asked.returncode == 1  # refused, so the replay differs from the recording
+    approved = run_in_terminal(llm, isolated, "y\n", "replay", recorded.name)
+    assert approved.returncode == 0, approved.stderr
+    assert (isolated.work / "marker.txt").read_text() == "replayed\n"
+    assert f"commands run in {isolated.work}" in approved.stderr and "replayed response" in approved.stderr
+
+
+def test_the_approval_prompt_shows_its_choices_and_ctrl_d_stops_the_run(llm, isolated):
+    llm.add(act("execute_shell", "touch never.txt"))
+    proc = run_in_terminal(llm, isolated, "\x04", "go")  # Ctrl-D at the prompt
+    assert "[Y]es / [n]o" in proc.stderr
+    assert proc.returncode == 130 and "Traceback" not in proc.stderr and "EOFError" not in proc.stderr
+    assert not (isolated.work / "never.txt").exists()

@@ -52,7 +52,10 @@ def test_split_by_tokens_respects_the_limit_and_natural_boundaries():
     assert all(c.startswith("Paragraph") or c.startswith("Sentence") for c in chunks)
     assert "".join(c.replace(" ", "").replace("\n", "") for c in chunks) == text.replace(" ", "").replace("\n", "")
     overlapped = split_by_tokens(text, COUNTER, 300, overlap=20)
-    assert overlapped[1].startswith(" ".join(chunks[0].split()[-5:])[:10]) or len(overlapped[1]) > len(chunks[1])
+    # each chunk after the first begins with the last 20 tokens of the one before, then goes on as it did
+    tail = COUNTER.encoding.decode(COUNTER.encoding.encode(chunks[0])[-20:])
+    assert len(overlapped) == len(chunks) and overlapped[0] == chunks[0]
+    assert overlapped[1] == tail + " " + chunks[1] and COUNTER.count(tail) == 20
     assert split_by_tokens("x" * 10000, COUNTER, 100)  # no boundary at all still splits
 
 

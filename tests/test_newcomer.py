@@ -1,0 +1,134 @@
+"""What a new user hits first: the rough edges of the command line, tried as a user would."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+from .conftest import MEMORY_ON, act, run_dirs
+from .fake_llm import Fail
+from .test_end_to_end import _start, _wait_for, load_run, observations
+from .test_interactive import run_in_terminal
+
+
+def one_line(stderr: str) -> bool:
+    return len(stderr.strip().splitlines()) == 1 and "Traceback" not in stderr
+
+
+def test_a_workdir_that_is_a_file_is_refused_and_a_missing_one_is_made(cli, llm, isolated):
+    (isolated.work / "afile").write_text("x")
+    proc = cli("-y", "--workdir", "afile", "do things")
+    assert proc.returncode == 2 and one_line(proc.stderr) and "is a file, not a directory" in proc.stderr
+    assert run_dirs(isolated.home) == []
+    llm.add(act("execute_shell", "pwd"), act("done", "ok"))
+    made = cli("-y", "--workdir", "new/place", "do things")
+    assert made.returncode == 0, made.stderr
+    assert "created the work directory" in made.stderr and (isolated.work / "new" / "place").is_dir()
+    assert observations(load_run(isolated.home)[2])[1].startswith(str(isolated.work / "new" / "place"))
+
+
+def test_an_objective_starting_with_a_command_name_gets_a_hint(cli):
+    proc = cli("show", "me", "the", "largest", "file")
+    assert proc.returncode == 2 and 'miniagi run "show me the largest file"' in proc.stderr
+
+
+def test_a_killed_run_is_listed_as_interrupted_not_running(cli, llm, isolated):
+    llm.add(act("execute_python", "import time\nopen('started', 'w').close()\ntime.sleep(300)"))
+    process = _start(llm, isolated, "-y", "long work")
+    assert _wait_for(lambda: (isolated.work / "started").exists())
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    (listed,) = json.loads(cli("runs", "--json").stdout)
+    assert listed["status"] == "interrupted" and "is gone" in listed["message"]
+    assert json.loads(cli("runs", "--status", "running", "--json").stdout) == []
+
+
+def test_a_refused_model_leaves_no_run_behind(cli, llm, isolated):
+    llm.add(Fail(404, message="The model `gpt-7` does not exist"))
+    proc = cli("--model", "gpt-7", "hello")
+    assert proc.returncode == 2 and "does not know model 'gpt-7'" in proc.stderr
+    assert run_dirs(isolated.home) == []
+
+
+def test_a_batch_rerun_resumes_what_a_limit_stopped_and_file_kinds_keep_their_results_apart(cli, llm, isolated):
+    llm.add(act("execute_shell", "echo one >> log.txt"), act("execute_shell", "echo two >> log.txt"))
+    (isolated.work / "jobs.txt").write_text("count to three\n")
+    first = cli("batch", "jobs.txt", "-y", "--max-steps", "2")
+    assert first.returncode == 3, first.stderr
+    llm.add(act("execute_shell", "echo three >> log.txt"), act("done", "counted"))
+    second = cli("batch", "jobs.txt", "-y", "--max-steps", "10")
+    assert second.returncode == 0, second.stderr
+    assert (isolated.work / "log.txt").read_text() == "one\ntwo\nthree\n"  # went on, did not start over
+    lines = [json.loads(line) for line in (isolated.work / "jobs-txt-results" / "results.jsonl").read_text()
+             .splitlines()]
+    assert [r["status"] for r in lines] == ["limit", "done"] and lines[0]["run_id"] == lines[1]["run_id"]
+    assert len(run_dirs(isolated.home)) == 1
+    (isolated.work / "jobs.jsonl").write_text('{"id": "a", "objective": "other"}\n')
+    llm.add(act("done", "other done"))
+    assert cli("batch", "jobs.jsonl").returncode == 0
+    assert (isolated.work / "jobs-jsonl-results" / "results.jsonl").exists()
+    assert len((isolated.work / "jobs-txt-results" / "results.jsonl").read_text().splitlines()) == 2
+
+
+def test_small_things_said_right(cli, llm, isolated):
+    (isolated.work / ".env").write_text("MINIAGI_MAX_STEPS=5\nthis line is not a setting\n")
+    llm.add(act("done", "ok"))
+    proc = cli("hello")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("could not parse") == 1 and ".env" in proc.stderr
+    assert "1 step · 1 model call ·" in proc.stderr
+    zero = cli("--exec-timeout", "0", "hello")
+    assert zero.returncode == 2 and "--exec-timeout" in zero.stderr and "more than 0" in zero.stderr
+
+
+def test_piped_output_is_not_wrapped_and_show_keeps_its_labels(cli, llm, isolated):
+    objective = "Write a report " + "about many long things " * 12 + "END-OF-OBJECTIVE"
+    llm.add(act("execute_python", "print('x' * 300)", "a thought"), act("done", "ok"))
+    proc = cli("-y", "--max-steps", "3", objective)
+    assert proc.returncode == 0
+    listing = cli("runs").stdout
+    assert any(objective[:150] in line for line in listing.splitlines())
+    run_id = run_dirs(isolated.home)[0].name
+    shown = cli("show", run_id).stdout.splitlines()
+    for label in ("thought: a thought", "argument:", "observation:"):
+        assert any(line.startswith(label) for line in shown), label
+    assert any(line.strip() == "x" * 300 for line in shown)  # one line, as printed
+
+
+def test_waiting_on_the_endpoint_is_said(cli, llm, isolated):
+    llm.add(Fail(429, headers={"Retry-After": "1"}, message="slow down"), act("done", "ok"))
+    proc = cli("hello")
+    assert proc.returncode == 0, proc.stderr
+    assert "retrying in 1 s (attempt 2 of 5)" in proc.stderr
+
+
+def test_recall_keeps_to_relevant_memories_of_this_workdir(cli, llm, isolated, tmp_path):
+    default_scope = {"MINIAGI_MEMORY_SCOPE": None}
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    llm.add(act("execute_shell", "ls -la /"), act("memorize_thoughts", "The vault code is PLUM-4471."),
+            act("done", "listed"))
+    assert cli("-y", "List the root directory and note the vault code", env=default_scope,
+               cwd=elsewhere).returncode == 0
+    llm.add(act("done", "391"))
+    assert cli("What is 17 * 23?", env=default_scope).returncode == 0
+    assert "RELEVANT MEMORIES" not in json.dumps(llm.agent_requests()[-1]["messages"])  # nothing from elsewhere
+    llm.add(act("done", "PLUM-4471"))
+    assert cli("What is the vault code?", "--memory-scope", "global", env=default_scope).returncode == 0
+    prompt = json.dumps(llm.agent_requests()[-1]["messages"])
+    assert "PLUM-4471" in prompt and "ls -la" not in prompt  # the relevant memory, not the listing
+
+
+def test_clearing_all_memory_asks_first_in_a_terminal(cli, llm, isolated):
+    llm.add(act("memorize_thoughts", "keep me"), act("done", "ok"))
+    assert cli("remember", env=MEMORY_ON).returncode == 0
+    kept = run_in_terminal(llm, isolated, "n\n", "memory", "clear")
+    assert kept.returncode == 1 and "nothing was deleted" in kept.stdout and "Delete ALL" in kept.stdout
+    assert json.loads(cli("memory", "stats", "--json").stdout)["items"] > 0
+    cleared = cli("memory", "clear", "--json")  # no terminal: scripts are not asked
+    assert cleared.returncode == 0 and json.loads(cleared.stdout)["removed"] > 0
+
+
+def test_memory_takes_a_memory_url_and_an_unreachable_one_is_one_line(cli):
+    proc = cli("memory", "stats", "--memory-url", "http://127.0.0.1:9")
+    assert proc.returncode in (1, 2) and one_line(proc.stderr) and "127.0.0.1:9" in proc.stderr
