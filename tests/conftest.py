@@ -18,6 +18,11 @@ from .fake_llm import FakeLLM
 SETTING_NAMES = {name for option in OPTIONS for name in option.env_names}
 
 
+def one_line(stderr: str) -> bool:
+    """What a usage or configuration problem looks like: one line, no traceback."""
+    return len(stderr.strip().splitlines()) == 1 and "Traceback" not in stderr
+
+
 def act(command: str, arg: str = "", thought: str = "thinking") -> str:
     """A well-formed reply."""
     return f"<r>{thought}</r><c>{command}</c>\n{arg}"

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from .conftest import MEMORY_ON, act, run_dirs
+from .conftest import MEMORY_ON, act, one_line, run_dirs
 from .fake_llm import Cut, Hang, Raw
 from .pages import Site
 from .test_end_to_end import load_run, observations
@@ -100,6 +100,15 @@ def test_executed_code_cannot_see_or_signal_the_agent_and_zombies_are_reaped(cli
     assert result["code_isolation"] == "namespace"
     assert any(e["type"] == "isolation" and e["isolated"] for e in trace)
     assert "NOT isolated" not in proc.stderr
+
+
+def test_pass_env_lets_named_variables_through(cli, llm, isolated):
+    llm.add(act("execute_shell", "echo \"[$MY_SETTING] [$OTHER_SETTING] [$SMTP_PASS]\""), act("done", "ok"))
+    proc = cli("-y", "--pass-env", "MY_SETTING", "--pass-env", "SMTP_PASS", "show settings",
+               env={"MY_SETTING": "visible", "OTHER_SETTING": "hidden", "SMTP_PASS": SECRETS["SMTP_PASS"]})
+    assert proc.returncode == 0, proc.stderr
+    # named, so passed; still a secret, so redacted on its way back
+    assert observations(load_run(isolated.home)[2])[1].startswith("[visible] [] [[REDACTED]]")
 
 
 def test_where_the_platform_refuses_a_namespace_the_run_goes_on_and_says_so(cli, llm, isolated, tmp_path):
@@ -250,23 +259,32 @@ def _miniagi(args, cwd, env, prefix=()):
 
 
 def test_a_bad_dotenv_or_an_unusable_home_is_one_line_for_every_subcommand(llm, isolated, tmp_path):
+    """(Read-only is made with a read-only bind mount in a user namespace: as root, permissions alone would not
+    stop a write.)"""
     env = dict(os.environ, OPENAI_BASE_URL=llm.url, OPENAI_API_KEY=OPENAI_KEY, MINIAGI_MEMORY_SCOPE="off")
     commands = [["-y", "objective"], ["runs"], ["show", "x"], ["memory", "stats"], ["resume", "x"]]
     (isolated.work / ".env").write_bytes(b"MINIAGI_MODEL=gpt-4o\nNAME=caf\xe9\n")
     for args in commands:
         proc = _miniagi(args, isolated.work, env)
         assert proc.returncode == 2 and "not UTF-8" in proc.stderr and ".env" in proc.stderr, (args, proc.stderr)
-        assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+        assert one_line(proc.stderr)
     (isolated.work / ".env").unlink()
     home_file = tmp_path / "home-is-a-file"
     home_file.write_text("x")
     for args in (["-y", "objective"], ["memory", "stats"]):
         proc = _miniagi(args, isolated.work, dict(env, MINIAGI_HOME=str(home_file)))
-        assert proc.returncode == 2 and "home-is-a-file" in proc.stderr, (args, proc.stderr)
-        assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+        assert proc.returncode == 2 and "home-is-a-file" in proc.stderr and one_line(proc.stderr), (args, proc.stderr)
+    read_only = tmp_path / "read-only-home"
+    read_only.mkdir()
+    mount_read_only = ("unshare", "--user", "--map-root-user", "--mount", "sh", "-c",
+                       f'mount --bind {read_only} {read_only} && mount -o remount,bind,ro {read_only} && exec "$@"',
+                       "sh")
+    proc = _miniagi(["-y", "objective"], isolated.work, dict(env, MINIAGI_HOME=str(read_only)), prefix=mount_read_only)
+    assert proc.returncode == 2 and "Read-only file system" in proc.stderr and one_line(proc.stderr), proc.stderr
     full = _miniagi(["-y", "objective"], isolated.work, env, prefix=("bash", "-c", 'ulimit -f 0; exec "$@"', "bash"))
     assert full.returncode == 1 and "Traceback" not in full.stderr, full.stderr
-    assert len(full.stderr.strip().splitlines()) == 1 and "cannot" in full.stderr
+    assert one_line(full.stderr) and "cannot" in full.stderr
+
 
 
 def test_search_results_recalled_memories_and_critic_prompts_pass_the_gate_too(llm, isolated, monkeypatch):

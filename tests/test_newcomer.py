@@ -5,14 +5,10 @@ from __future__ import annotations
 import json
 import signal
 
-from .conftest import MEMORY_ON, act, run_dirs
+from .conftest import MEMORY_ON, act, one_line, run_dirs
 from .fake_llm import Fail
 from .test_end_to_end import _start, _wait_for, load_run, observations
 from .test_interactive import run_in_terminal
-
-
-def one_line(stderr: str) -> bool:
-    return len(stderr.strip().splitlines()) == 1 and "Traceback" not in stderr
 
 
 def test_a_workdir_that_is_a_file_is_refused_and_a_missing_one_is_made(cli, llm, isolated):
