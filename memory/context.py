@@ -1,10 +1,15 @@
-"""The context builder: every agent prompt, whole, fits the token budget.
+"""The context builder: every agent prompt, whole, fits the token budget, and each prompt begins with the one
+before it, so that the endpoint's prompt cache serves it.
 
 Layout of one agent call:
-  system    the system prompt (role, format, generated command list)
-  user      the objective, memorized notes, the summary of older steps, recalled memories
-  assistant/user pairs   the most recent steps verbatim, as many as fit, oldest of them first
-  user      warnings / criticism, and the request for the next action
+  system     the system prompt (role, format, generated command list)                  — never changes
+  user       the objective, the summary of folded steps, the notes memorized in them   — changes only at a fold
+  assistant/user pairs  every step since the last fold, verbatim, oldest first          — append-only
+  ...the last user message (the newest observation) ends with the volatile part: memories recalled for this
+  step, warnings and criticism, and the request for the next action. It stays in that message afterwards, so
+  the next prompt extends this one; roles alternate, starting with user and ending with user.
+When the prompt would pass the budget, a batch of the oldest steps is folded into the summary at once, down to
+about half the budget (see run_memory.py), so between folds every prompt extends the previous one.
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ from .tokens import TokenCounter
 
 MESSAGE_OVERHEAD = 4  # tokens a chat message costs beyond its content
 REPLY_PRIMING = 3
-NOTES_SHARE = 0.15  # of the budget, at most, for memorized notes
+NOTES_SHARE = 0.15  # of the budget, at most, for the notes memorized in folded steps
+ALERTS_SHARE = 0.10  # of the budget, at most, for warnings and criticism
 
 
 FENCE_MARKER = re.compile(r"<<<\s*(?:END\s+)?UNTRUSTED\s+DATA[^>]*>>>", re.I)
@@ -87,17 +93,22 @@ def fit(text: str, counter: TokenCounter, max_tokens: int) -> tuple[str, int]:
 class Context:
     messages: list[dict]
     tokens: int
-    steps_shown: int  # how many recent steps are in verbatim
+    steps_shown: int  # how many steps are in view, verbatim
+    reshaped: bool = False  # steps left the view to make this prompt: it does not extend the one before
 
 
 class ContextBuilder:
+    """Measures and assembles prompts; what to fold and what to recall is decided by RunMemory."""
+
     def __init__(self, counter: TokenCounter, max_tokens: int):
         self.counter = counter
         self.max_tokens = max_tokens
+        self.alerts_cap = int(max_tokens * ALERTS_SHARE)
+        self.notes_cap = int(max_tokens * NOTES_SHARE)
         self._system: str | None = None
         self._system_tokens = 0
 
-    def _message_tokens(self, messages: list[dict]) -> int:
+    def message_tokens(self, messages: list[dict]) -> int:
         return sum(self._count(m) + MESSAGE_OVERHEAD for m in messages)
 
     def _count(self, message: dict) -> int:
@@ -110,55 +121,70 @@ class ContextBuilder:
 
     def check_fits(self, system: str, objective: str) -> None:
         """Fail at the start, not at step 40, when the fixed parts cannot fit."""
-        fixed = self._message_tokens([{"role": "system", "content": system},
-                                      {"role": "user", "content": self._briefing(objective, [], "", "")},
-                                      {"role": "user", "content": self._request(1, "")}]) + REPLY_PRIMING
+        fixed = self.message_tokens([{"role": "system", "content": system},
+                                     {"role": "user", "content": self.head(objective, "", [], 0) + "\n\n"
+                                      + self.request(1)}]) + REPLY_PRIMING
         # leave room for at least one step of a few hundred tokens
         if fixed + 200 > self.max_tokens:
             raise ContextOverflow(
                 f"--max-context-tokens {self.max_tokens} is too small: the system prompt and objective alone take "
                 f"{fixed} tokens; allow at least {fixed + 200}")
 
-    def build(self, *, system: str, objective: str, steps: list[StepRecord], next_step: int,
-              notes: list[str] = (), summary: str = "", recalled: str = "", alerts: str = "") -> Context:
-        notes = self._notes_within_share(list(notes))
-        head = [{"role": "system", "content": system},
-                {"role": "user", "content": self._briefing(objective, notes, summary, recalled)}]
-        tail = [{"role": "user", "content": self._request(next_step, alerts)}]
-        used = self._message_tokens(head) + self._message_tokens(tail) + REPLY_PRIMING
-        if used > self.max_tokens:
-            raise ContextOverflow(f"the fixed parts of the prompt take {used} tokens, over the budget of "
-                                  f"{self.max_tokens}")
-        shown: list[list[dict]] = []
-        for record in reversed(steps):
-            cost = record.tokens(self.counter)
-            if used + cost <= self.max_tokens:
-                shown.append(record.messages())
-                used += cost
-                continue
-            if not shown:  # the newest step alone is too big: show it cut to what is left
-                fitted = self._fit_step(record, self.max_tokens - used)
-                if fitted:
-                    shown.append(fitted)
-                    used += self._message_tokens(fitted)
-            break
-        middle = [message for pair in reversed(shown) for message in pair]
-        return Context(messages=head + middle + tail, tokens=used, steps_shown=len(shown))
+    def head(self, objective: str, summary: str, notes: list[str], through_step: int) -> str:
+        """The first user message: what stays put between folds."""
+        parts = [f"OBJECTIVE:\n{objective}"]
+        if summary:
+            parts.append(f"SUMMARY OF STEPS 1-{through_step}:\n{summary}")
+        kept = self._notes_within_share(notes)
+        if kept:
+            parts.append("NOTES YOU MEMORIZED (in steps no longer shown):\n" + "\n".join(f"- {note}" for note in kept))
+        return "\n\n".join(parts)
 
-    def _fit_step(self, record: StepRecord, room: int) -> list[dict] | None:
+    def tail(self, next_step: int, recalled: str = "", alerts: str = "") -> str:
+        """The volatile end of the prompt: recalled memories, warnings, the request for the next action."""
+        parts = []
+        if recalled:  # documents, pages and results of other runs: outside text, whatever its label
+            parts.append("RELEVANT MEMORIES (recalled for this step from earlier steps and runs):\n"
+                         + fence_untrusted("recalled memories", recalled))
+        if alerts.strip():
+            parts.append(truncate_middle(alerts.strip(), self.counter, self.alerts_cap))
+        parts.append(self.request(next_step))
+        return "\n\n".join(parts)
+
+    @staticmethod
+    def request(next_step: int) -> str:
+        return ("Begin: reply with your first action." if next_step == 1
+                else f"Step {next_step}: reply with your next action.")
+
+    def assemble(self, system: str, head: str, pairs: list[list[dict]], tail: str = "") -> Context:
+        """The prompt: system, head, the rendered steps; `tail` goes at the end of the last user message (the
+        head, when no step is shown)."""
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": head}]
+        messages += [message for pair in pairs for message in pair]
+        if tail:
+            messages[-1] = dict(messages[-1], content=f"{messages[-1]['content']}\n\n{tail}")
+        return Context(messages=messages, tokens=self.message_tokens(messages) + REPLY_PRIMING,
+                       steps_shown=len(pairs))
+
+    def render(self, record: StepRecord, tail: str = "", room: int | None = None) -> list[dict]:
+        """A step as a reply and its observation (with the tail, when it is the newest), cut to `room` tokens
+        when given and needed."""
         reply, observation = record.messages()
-        reply_tokens = self.counter.count(reply["content"]) + MESSAGE_OVERHEAD
-        if reply_tokens > room // 2:
-            reply = dict(reply, content=truncate_middle(reply["content"], self.counter, room // 2 - MESSAGE_OVERHEAD))
-            reply_tokens = self.counter.count(reply["content"]) + MESSAGE_OVERHEAD
-        left = room - reply_tokens - MESSAGE_OVERHEAD
-        if left < 20:
-            return None
-        return [reply, dict(observation, content=truncate_middle(observation["content"], self.counter, left))]
+        if tail:
+            observation = dict(observation, content=f"{observation['content']}\n\n{tail}")
+        pair = [reply, observation]
+        if room is None or self.message_tokens(pair) <= room:
+            return pair
+        tail_tokens = self.counter.count(tail) + 2 if tail else 0
+        reply_room = max(20, (room - tail_tokens) // 2 - MESSAGE_OVERHEAD)
+        reply = dict(reply, content=truncate_middle(reply["content"], self.counter, reply_room))
+        left = max(20, room - self.message_tokens([reply]) - MESSAGE_OVERHEAD - tail_tokens)
+        body = truncate_middle(record.messages()[1]["content"], self.counter, left)
+        return [reply, dict(observation, content=f"{body}\n\n{tail}" if tail else body)]
 
     def _notes_within_share(self, notes: list[str]) -> list[str]:
         """The newest notes that fit their share of the budget."""
-        room = int(self.max_tokens * NOTES_SHARE)
+        room = self.notes_cap
         kept: list[str] = []
         for note in reversed(notes):
             cost = self.counter.count(note) + 2
@@ -167,21 +193,3 @@ class ContextBuilder:
             kept.append(note)
             room -= cost
         return kept[::-1]
-
-    @staticmethod
-    def _briefing(objective: str, notes: list[str], summary: str, recalled: str) -> str:
-        parts = [f"OBJECTIVE:\n{objective}"]
-        if notes:
-            parts.append("NOTES YOU MEMORIZED:\n" + "\n".join(f"- {note}" for note in notes))
-        if summary:
-            parts.append(f"SUMMARY OF EARLIER STEPS:\n{summary}")
-        if recalled:  # documents, pages and results of other runs: outside text, whatever its label
-            parts.append("RELEVANT MEMORIES (from earlier steps and runs):\n"
-                         + fence_untrusted("recalled memories", recalled))
-        return "\n\n".join(parts)
-
-    @staticmethod
-    def _request(next_step: int, alerts: str) -> str:
-        ask = ("Begin: reply with your first action." if next_step == 1
-               else f"Step {next_step}: reply with your next action.")
-        return f"{alerts.strip()}\n\n{ask}" if alerts.strip() else ask

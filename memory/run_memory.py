@@ -1,12 +1,15 @@
-"""What one run remembers, and how it reaches the agent's context within the budget.
+"""What one run remembers, and how it reaches the agent's context within the budget and cache-friendly.
 
-- the most recent steps verbatim (the window), as many as fit;
-- a rolling summary of the steps older than the window, folded in batches of FOLD_BATCH steps — one summarizer
-  call per batch, not per step — and re-condensed when it reaches its cap;
-- memories recalled from the vector store (this run's older steps, notes, and other runs' steps, answers and
-  documents) that are relevant to the objective and the latest thought, within their share of the budget.
-
-Steps that have left the window but are not folded yet are still reachable by recall, so nothing falls in a gap.
+- the steps in view, verbatim and append-only: a step is rendered once, when it is the newest (with the volatile
+  tail of that prompt at the end of its observation), and sent the same way while it stays in view, so each
+  prompt extends the one before and the endpoint's prompt cache serves it;
+- when the prompt would pass the budget, a batch of the oldest steps leaves the view at once, down to FOLD_TARGET
+  of the budget (no model call: they stay reachable by recall, and their notes move to the first message);
+- a rolling summary of the steps out of view, in the first user message: they are folded into it FOLD_BATCH at
+  a time — one summarizer call per batch — and it is re-condensed at its cap;
+- memories recalled from the vector store every step (this run's steps out of view and notes, other runs'
+  steps, answers and documents) that are relevant to the objective and the latest thought, within their share
+  of the budget; a memory already shown in view is not shown again.
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ from .context import Context, ContextBuilder, StepRecord, fence_untrusted, fit, 
 from .store import Hit, MemoryItem, VectorMemory
 from .tokens import TokenCounter
 
-FOLD_BATCH = 8  # steps that must have left the window before they are folded into the summary
+FOLD_BATCH = 8  # steps out of view that are folded into the summary at once: one summarizer call per 8 steps
+FOLD_TARGET = 0.5  # of the budget: what the prompt comes down to when steps leave the view, so that many steps
+#                    can follow, each prompt extending the last, before steps must leave it again
 SUMMARY_SHARE = 0.15  # of the context budget
 RECALL_SHARE = 0.15
 RECALL_CANDIDATES = 8
@@ -67,33 +72,90 @@ class RunMemory:
         self.summary_cap = int(builder.max_tokens * SUMMARY_SHARE)
         self.recall_budget = int(builder.max_tokens * RECALL_SHARE)
         self.last_recalled: list[str] = []
-        self.window_start = 1  # the first step the latest context showed verbatim
+        self.window_start = 1  # the oldest step in view; older ones are folded, or waiting for the next fold
+        self.rendered: dict[int, list[dict]] = {}  # step → its messages as first sent (kept while in view)
+        self.shown: dict[int, list[str]] = {}  # step → the memory ids recalled into its tail
         self._objective_hits: list[Hit] | None = None
         self.failure = ""  # why vector memory was turned off mid-run, for the agent to report
         self._objective_hits_at = 0
 
     # --- building the context ---------------------------------------------------------------------------------
-    def context(self, *, system: str, steps: list[StepRecord], next_step: int, notes: list[str],
-                alerts: str) -> tuple[Context, Summary | None]:
-        """The agent's next prompt; also returns the new summary when a batch was folded to make it."""
-        unfolded = [s for s in steps if s.step > self.summary.through_step]
-        context = self._build(system, unfolded, next_step, notes, alerts)
-        left_window = unfolded[:len(unfolded) - context.steps_shown]
-        if len(left_window) < FOLD_BATCH:
-            return context, None
-        self._fold(left_window)
-        unfolded = [s for s in steps if s.step > self.summary.through_step]
-        return self._build(system, unfolded, next_step, notes, alerts), self.summary
+    def context(self, *, system: str, steps: list[StepRecord], next_step: int, notes: list[str] = (),
+                alerts: str = "") -> tuple[Context, Summary | None]:
+        """The agent's next prompt; also returns the new summary when a batch was folded to make it. (`notes`
+        are all the run's notes: those of steps in view are there as their memorize_thoughts steps.)"""
+        folded, reshaped = None, False
+        self.window_start = max(self.window_start, self.summary.through_step + 1)
+        context = self._build(system, steps, next_step, alerts)
+        if context.tokens > self.builder.max_tokens:
+            shown = [s for s in steps if s.step >= self.window_start]
+            evicted = self._eviction(shown, context)
+            if evicted:
+                self.window_start = evicted[-1].step + 1
+                self._flush_store()  # what left the view must be findable by recall from now on
+            reshaped = bool(evicted)
+            pending = [s for s in steps if self.summary.through_step < s.step < self.window_start]
+            if len(pending) >= FOLD_BATCH:
+                self._fold(pending)
+                folded = self.summary
+            context = self._build(system, steps, next_step, alerts)
+        if context.tokens > self.builder.max_tokens and context.steps_shown:
+            context = self._build(system, steps, next_step, alerts, squeeze=True)  # the newest step alone is too big
+        context.reshaped = reshaped or folded is not None
+        return context, folded
 
-    def _build(self, system: str, steps: list[StepRecord], next_step: int, notes: list[str], alerts: str) -> Context:
-        # recall skips what the window shows; the window moves by about a step per step, so the last context's
-        # window start stands in for this one's (a step recalled and shown at once costs a little room, no more)
-        recalled = self._recall(steps, self.window_start, notes)
-        context = self.builder.build(system=system, objective=self.objective, steps=steps, next_step=next_step,
-                                     notes=notes, summary=self.summary.text, recalled=recalled, alerts=alerts)
-        shown = context.steps_shown
-        self.window_start = steps[len(steps) - shown].step if shown else next_step
-        return context
+    def _build(self, system: str, steps: list[StepRecord], next_step: int, alerts: str,
+               squeeze: bool = False) -> Context:
+        shown = [s for s in steps if s.step >= self.window_start]
+        left = self._left_notes(steps)
+        head = self.builder.head(self.objective, self.summary.text, left, self.summary.through_step)
+        for step in list(self.rendered):  # out of view since: gone from the prompt
+            if step < self.window_start:
+                del self.rendered[step]
+                self.shown.pop(step, None)
+        newest = shown[-1] if shown else None
+        # the newest step is rendered now, with this prompt's tail; the older ones as they were first sent
+        recalled = self._recall(steps, notes=left)
+        tail = self.builder.tail(next_step, recalled, alerts)
+        older = [self._rendering(s) for s in shown[:-1]]
+        if newest is None:
+            return self.builder.assemble(system, head, [], tail)
+        room = None
+        if squeeze:
+            room = self.builder.max_tokens - self.builder.assemble(system, head, older).tokens
+        self.rendered[newest.step] = self.builder.render(newest, tail, room)
+        self.shown[newest.step] = list(self.last_recalled)
+        return self.builder.assemble(system, head, older + [self.rendered[newest.step]])
+
+    def _rendering(self, record: StepRecord) -> list[dict]:
+        """A step as it was first sent; one never sent (after a resume) is rendered plainly."""
+        if record.step not in self.rendered:
+            self.rendered[record.step] = self.builder.render(record)
+        return self.rendered[record.step]
+
+    def _eviction(self, shown: list[StepRecord], context: Context) -> list[StepRecord]:
+        """The oldest steps to take out of view so that the prompt comes down to FOLD_TARGET of the budget (never
+        the newest). The summary is counted at its cap, the size a fold may grow it to."""
+        target = int(self.builder.max_tokens * FOLD_TARGET)
+        total = context.tokens + max(0, self.summary_cap - self.counter.count(self.summary.text))
+        batch: list[StepRecord] = []
+        for record in shown[:-1]:
+            if total <= target:
+                break
+            batch.append(record)
+            total -= self.builder.message_tokens(self._rendering(record))
+        return batch
+
+    def _left_notes(self, steps: list[StepRecord]) -> list[str]:
+        """The notes memorized in steps that are out of view (the head shows them)."""
+        return [s.arg for s in steps if s.command == "memorize_thoughts" and s.step < self.window_start]
+
+    def _flush_store(self) -> None:
+        if self.store is not None:
+            try:
+                self.store.flush()
+            except Exception:  # reported by the next remember; recall goes on with what is stored
+                pass
 
     # --- the rolling summary ----------------------------------------------------------------------------------
     def _fold(self, steps: list[StepRecord]) -> None:
@@ -111,18 +173,18 @@ class RunMemory:
         self.summary = Summary(text=text, through_step=steps[-1].step)
 
     # --- recall from the vector store -------------------------------------------------------------------------
-    def _recall(self, steps: list[StepRecord], window_start: int, notes: list[str]) -> str:
+    def _recall(self, steps: list[StepRecord], notes: list[str]) -> str:
         self.last_recalled = []
         if self.store is None:
             return ""
         try:
-            return self._recall_from_store(steps, window_start, notes)
+            return self._recall_from_store(steps, notes)
         except Exception as exc:  # a memory that fails (a server gone) must not end the run: go on without it
             self.store = None
             self.failure = f"{type(exc).__name__}: {exc}"
             return ""
 
-    def _recall_from_store(self, steps: list[StepRecord], window_start: int, notes: list[str]) -> str:
+    def _recall_from_store(self, steps: list[StepRecord], notes: list[str]) -> str:
         where = ({"run": self.run_id} if self.scope == "run" else {"workdir": self.workdir} if self.scope == "workdir"
                  else None)
         cut = getattr(self.store.embedder, "relevant_distance", 2.0)
@@ -141,10 +203,11 @@ class RunMemory:
             known = {hit.id for hit in near}
             hits = sorted(near + [hit for hit in hits if hit.id not in known], key=lambda hit: hit.distance)
         lines, room = [], self.recall_budget
+        shown = {memory for ids in self.shown.values() for memory in ids}  # in the prompt already, since the fold
         for hit in hits:
             if room < 20:
                 break
-            if hit.distance > cut or not self._worth_recalling(hit, window_start, notes):
+            if hit.distance > cut or hit.id in shown or not self._worth_recalling(hit, notes):
                 continue
             share = min(room // 3, RECALL_ITEM_TOKENS)
             # cut by characters first (~4 a token), so only a short text is ever encoded
@@ -159,12 +222,12 @@ class RunMemory:
             room -= cost
         return "\n".join(lines)
 
-    def _worth_recalling(self, hit: Hit, window_start: int, notes: list[str]) -> bool:
+    def _worth_recalling(self, hit: Hit, notes: list[str]) -> bool:
         if hit.run != self.run_id or hit.kind == "document":
             return True
         if hit.kind == "objective" or (hit.kind == "note" and hit.text in notes):
             return False  # already in the context
-        return hit.step < window_start
+        return hit.step < self.window_start  # later steps are in view, verbatim
 
     def _label(self, hit: Hit) -> str:
         where = "this run" if hit.run == self.run_id else f"run {hit.run}"

@@ -26,7 +26,7 @@ from .config import ConfigError, Settings, read_dotenv
 from .containment import Containment, Limits
 from .execution import ExecResult, PythonSession, cap_text, run_shell
 from .loops import STOP_AFTER, WARN_AFTER, LoopDetector
-from .model import Completion, Model, ModelError, ModelUnavailable
+from .model import Completion, Model, ModelError, ModelUnavailable, PriceTable
 from .parser import Action, FormatError, parse_reply
 from .prompts import system_prompt
 from .runs import RunRecord, RunStore, now_iso, process_identity
@@ -36,6 +36,8 @@ from .ui import Terminal
 from .websearch import DdgsBackend, SearchBackend
 
 MAX_FORMAT_ERRORS = 3  # malformed replies in a row before the run is given up
+# where a reply in the tag format should end: a second action, or an observation the model goes on to invent
+STOP_SEQUENCES = ["\nObservation", "\nobservation:", "Observation (step", "\n<r>"]
 CUT_OFF = ("it was cut off: it reached the length limit before it ended, so nothing in it was run. Send a shorter "
            "reply — a brief thought and one command; write long code or a long text in parts over several steps")
 CHARS_PER_TOKEN = 4  # for cheap character caps that stay above a token cap
@@ -89,7 +91,9 @@ class RunState:
     llm_calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_prompt_tokens: int = 0
     cost_usd: float = 0.0
+    saved_usd: float = 0.0  # what the endpoint's prompt cache took off the bill
     format_errors_in_a_row: int = 0
     loops: LoopDetector = field(default_factory=LoopDetector)
     status: str = "running"
@@ -98,11 +102,13 @@ class RunState:
     criticism: str = ""  # the critic's latest review, shown until the next one replaces it
     rejections: int = 0  # final answers the critic rejected
 
-    def count_call(self, completion: Completion) -> None:
+    def count_call(self, completion: Completion, saved_usd: float = 0.0) -> None:
         self.llm_calls += 1
         self.prompt_tokens += completion.prompt_tokens
         self.completion_tokens += completion.completion_tokens
+        self.cached_prompt_tokens += completion.cached_tokens
         self.cost_usd += completion.cost_usd
+        self.saved_usd += saved_usd
 
     @classmethod
     def from_events(cls, events, make_record) -> "RunState":
@@ -120,7 +126,9 @@ class RunState:
                 state.llm_calls += 1
                 state.prompt_tokens += event.get("prompt_tokens", 0)
                 state.completion_tokens += event.get("completion_tokens", 0)
+                state.cached_prompt_tokens += event.get("cached_tokens", 0)
                 state.cost_usd += event.get("cost_usd", 0.0)
+                state.saved_usd += event.get("saved_usd", 0.0)
             elif kind == "action":
                 pending = event
             elif kind == "observation" and pending and pending.get("step") == event.get("step"):
@@ -232,11 +240,12 @@ class Agent:
         self.environ = dict(os.environ if environ is None else environ)
         # the gate every text crosses before a model request, the run's files, the vector store or the terminal
         self.redact = Redactor(self.environ, read_dotenv())
+        self.prices = getattr(model, "prices", None) or PriceTable(settings.prices)
         if model is None:
             from .config import Endpoint
-            from .model import OpenAIModel, PriceTable
+            from .model import OpenAIModel
 
-            model = OpenAIModel(Endpoint.from_environment(self.environ), PriceTable(settings.prices),
+            model = OpenAIModel(Endpoint.from_environment(self.environ), self.prices,
                                 request_timeout_s=settings.request_timeout, on_retry=lambda text: self.ui.warn(text))
         self.model = model
         interactive = not settings.unattended and sys.stdin is not None and sys.stdin.isatty()
@@ -555,11 +564,15 @@ class Agent:
         self._check_cost()
         model = self.settings.model_for(role)
         messages = self.redact.messages(messages)
-        completion = self.model.complete(messages, model=model, role=role)
-        self.state.count_call(completion)
+        # the agent's reply is capped and stopped where a rambling model would go on to invent the observation
+        limits = {"max_tokens": self.settings.max_reply_tokens, "stop": STOP_SEQUENCES} if role == "agent" else {}
+        completion = self.model.complete(messages, model=model, role=role, **limits)
+        saved = self.prices.saved(model, completion.cached_tokens)
+        self.state.count_call(completion, saved)
         event = {"type": "llm_call", "step": step, "role": role, "model": model, "response": completion.text,
                  "prompt_tokens": completion.prompt_tokens, "completion_tokens": completion.completion_tokens,
-                 "cost_usd": completion.cost_usd, "latency_s": round(completion.latency_s, 4),
+                 "cached_tokens": completion.cached_tokens, "cost_usd": completion.cost_usd,
+                 "saved_usd": round(saved, 8), "latency_s": round(completion.latency_s, 4),
                  "finish_reason": completion.finish_reason}
         if self.settings.debug:
             event["messages"] = messages
@@ -584,6 +597,7 @@ class Agent:
         result = {"run_id": self.record.run_id, "objective": state.objective, "status": status,
                   "answer": state.answer, "steps": state.step, "llm_calls": state.llm_calls,
                   "prompt_tokens": state.prompt_tokens, "completion_tokens": state.completion_tokens,
+                  "cached_prompt_tokens": state.cached_prompt_tokens, "cost_saved_usd": round(state.saved_usd, 6),
                   "cost_usd": round(state.cost_usd, 6), "started_at": state.started_at,
                   "ended_at": None if status == "running" else now_iso(), "model": self.settings.model,
                   "exit_code": exit_code, "message": message, "code_isolation": self.isolation,

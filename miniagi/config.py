@@ -127,6 +127,8 @@ OPTIONS: tuple[Option, ...] = (
            "always sees (PATH, LANG, LC_*, TERM, TZ, proxies); repeatable", metavar="NAME", repeatable=True),
     Option("request_timeout", parse_positive_float, "give up on a model request that answers nothing for S seconds "
            "(retried once, then the run stops, resumable)", metavar="S"),
+    Option("max_reply_tokens", parse_positive_int, "cap on the length of the agent's reply (a reply cut off there "
+           "is not run; the model is told to send a shorter one)", metavar="N"),
     Option("read_timeout", parse_positive_float, "total time allowed to read one file or URL (ingest_data, "
            "process_data)", metavar="S"),
     Option("exec_memory", parse_positive_int, "memory limit in MB of each process that executed code starts",
@@ -165,6 +167,7 @@ class Settings:
     exec_memory: int = 4096
     pass_env: tuple[str, ...] = ()
     request_timeout: float = 120.0
+    max_reply_tokens: int = 2000
     read_timeout: float = 60.0
     yes: bool = False
     unattended: bool = False

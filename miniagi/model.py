@@ -27,11 +27,14 @@ class Completion:
     cost_usd: float
     latency_s: float
     finish_reason: str = "stop"  # "length": the reply was cut off at the token limit
+    cached_tokens: int = 0  # prompt tokens the endpoint served from its prefix cache
 
 
 class Model(Protocol):
-    def complete(self, messages: list[Message], *, model: str, role: str = "agent") -> Completion:
-        """One chat completion; `role` (agent | summarizer | critic) says who is asking."""
+    def complete(self, messages: list[Message], *, model: str, role: str = "agent", max_tokens: int | None = None,
+                 stop: list[str] | None = None) -> Completion:
+        """One chat completion; `role` (agent | summarizer | critic) says who is asking; `max_tokens` caps the
+        reply and `stop` ends it early."""
 
 
 class ModelUnavailable(Exception):
@@ -50,27 +53,28 @@ class BadResponse(Exception):
     """A 200 answer that is not a chat completion (an HTML error page from a proxy, a truncated body)."""
 
 
-# USD per 1M tokens (input, output). Overridable with --prices FILE; unknown models cost 0.
-PRICES: dict[str, tuple[float, float]] = {
-    "gpt-5": (1.25, 10.0),
-    "gpt-5-mini": (0.25, 2.0),
-    "gpt-5-nano": (0.05, 0.40),
-    "gpt-4.1": (2.0, 8.0),
-    "gpt-4.1-mini": (0.40, 1.60),
-    "gpt-4.1-nano": (0.10, 0.40),
-    "gpt-4o": (2.50, 10.0),
-    "gpt-4o-mini": (0.15, 0.60),
-    "gpt-4-turbo": (10.0, 30.0),
-    "gpt-4": (30.0, 60.0),
-    "gpt-3.5-turbo": (0.50, 1.50),
-    "o1": (15.0, 60.0),
-    "o1-mini": (1.10, 4.40),
-    "o3": (2.0, 8.0),
-    "o3-mini": (1.10, 4.40),
-    "o4-mini": (1.10, 4.40),
-    "claude-sonnet-4": (3.0, 15.0),
-    "claude-3-5-haiku": (0.80, 4.0),
-    "deepseek-chat": (0.27, 1.10),
+# USD per 1M tokens: (input, output, cached input — the prompt tokens the endpoint served from its prefix cache).
+# Overridable with --prices FILE; unknown models cost 0.
+PRICES: dict[str, tuple[float, float, float]] = {
+    "gpt-5": (1.25, 10.0, 0.125),
+    "gpt-5-mini": (0.25, 2.0, 0.025),
+    "gpt-5-nano": (0.05, 0.40, 0.005),
+    "gpt-4.1": (2.0, 8.0, 0.50),
+    "gpt-4.1-mini": (0.40, 1.60, 0.10),
+    "gpt-4.1-nano": (0.10, 0.40, 0.025),
+    "gpt-4o": (2.50, 10.0, 1.25),
+    "gpt-4o-mini": (0.15, 0.60, 0.075),
+    "gpt-4-turbo": (10.0, 30.0, 10.0),
+    "gpt-4": (30.0, 60.0, 30.0),
+    "gpt-3.5-turbo": (0.50, 1.50, 0.50),
+    "o1": (15.0, 60.0, 7.50),
+    "o1-mini": (1.10, 4.40, 0.55),
+    "o3": (2.0, 8.0, 0.50),
+    "o3-mini": (1.10, 4.40, 0.55),
+    "o4-mini": (1.10, 4.40, 0.275),
+    "claude-sonnet-4": (3.0, 15.0, 0.30),
+    "claude-3-5-haiku": (0.80, 4.0, 0.08),
+    "deepseek-chat": (0.27, 1.10, 0.07),
 }
 
 
@@ -80,26 +84,39 @@ class PriceTable:
         if overrides_file:
             self.prices.update(load_prices(overrides_file))
 
-    def price(self, model: str) -> tuple[float, float]:
+    def price(self, model: str) -> tuple[float, float, float]:
         """Exact name first, then the longest known prefix ("gpt-4o-mini-2024-07-18" → "gpt-4o-mini")."""
         bare = model.rsplit("/", 1)[-1]
         if bare in self.prices:
             return self.prices[bare]
         prefixes = [name for name in self.prices if bare.startswith(name + "-")]
-        return self.prices[max(prefixes, key=len)] if prefixes else (0.0, 0.0)
+        return self.prices[max(prefixes, key=len)] if prefixes else (0.0, 0.0, 0.0)
 
-    def cost(self, model: str, prompt_tokens: int, completion_tokens: int) -> float:
-        per_input, per_output = self.price(model)
-        return (prompt_tokens * per_input + completion_tokens * per_output) / 1_000_000
+    def cost(self, model: str, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> float:
+        per_input, per_output, per_cached = self.price(model)
+        cached = min(cached_tokens, prompt_tokens)
+        return ((prompt_tokens - cached) * per_input + cached * per_cached
+                + completion_tokens * per_output) / 1_000_000
+
+    def saved(self, model: str, cached_tokens: int) -> float:
+        """What the cache saved: cached tokens at the input price less the cached price."""
+        per_input, _, per_cached = self.price(model)
+        return cached_tokens * (per_input - per_cached) / 1_000_000
 
 
-def load_prices(path: str) -> dict[str, tuple[float, float]]:
+def load_prices(path: str) -> dict[str, tuple[float, float, float]]:
     try:
         data = json.loads(Path(path).expanduser().read_text())
-        return {str(name): (float(pair[0]), float(pair[1])) for name, pair in data.items()}
+        prices = {}
+        for name, entry in data.items():
+            values = [float(value) for value in entry]
+            if len(values) not in (2, 3):
+                raise ValueError(f"{name}: give [input, output] or [input, output, cached input]")
+            prices[str(name)] = (values[0], values[1], values[2] if len(values) == 3 else values[0])
+        return prices
     except (OSError, ValueError, TypeError, IndexError, AttributeError) as exc:
-        raise ConfigError(f"--prices {path}: expected a JSON object {{\"model\": [input, output]}} "
-                          f"in USD per 1M tokens ({exc})") from None
+        raise ConfigError(f"--prices {path}: expected a JSON object {{\"model\": [input, output, cached]}} "
+                          f"in USD per 1M tokens, the cached price optional ({exc})") from None
 
 
 def _count_prompt_tokens(messages: list[Message], model: str) -> int:
@@ -125,6 +142,7 @@ class OpenAIModel:
         self.timeout_retries = timeout_retries  # a silent endpoint costs request_timeout_s per try: few tries
         self.request_timeout_s = request_timeout_s
         self.on_retry = on_retry  # told about each wait, so a 10 s Retry-After does not look like a hang
+        self._refused: dict[str, set[str]] = {}  # model → request parameters the endpoint rejected for it
         self.backoff_s = backoff_s
         # a local server needs no key, but the client insists on one
         self.client = openai.OpenAI(
@@ -150,7 +168,37 @@ class OpenAIModel:
             raise ConfigError(f"cannot reach the model endpoint {url.geturl()} ({reason}): set OPENAI_BASE_URL to a "
                               f"running OpenAI-compatible server, or check the network") from None
 
-    def complete(self, messages: list[Message], *, model: str, role: str = "agent") -> Completion:
+    def complete(self, messages: list[Message], *, model: str, role: str = "agent", max_tokens: int | None = None,
+                 stop: list[str] | None = None) -> Completion:
+        import openai
+
+        while True:
+            options = self._options(model, max_tokens, stop)
+            try:
+                return self._complete(messages, model, options)
+            except ModelError as error:
+                # a parameter this endpoint does not take (o-series models want max_completion_tokens and take
+                # no stop; some local servers reject either): remember that, and ask again without it
+                refused = [name for name in options if name in str(error)]
+                if not refused:
+                    raise
+                self._refused.setdefault(model, set()).update(refused)
+                if self.on_retry is not None:
+                    self.on_retry(f"the endpoint does not take {', '.join(refused)} for {model}: asking without it")
+
+    def _options(self, model: str, max_tokens: int | None, stop: list[str] | None) -> dict:
+        refused = self._refused.get(model, set())
+        options: dict = {}
+        if max_tokens:
+            if "max_tokens" not in refused:
+                options["max_tokens"] = max_tokens
+            elif "max_completion_tokens" not in refused:
+                options["max_completion_tokens"] = max_tokens
+        if stop and "stop" not in refused:
+            options["stop"] = stop[:4]  # OpenAI takes at most four
+        return options
+
+    def _complete(self, messages: list[Message], model: str, options: dict) -> Completion:
         import openai
 
         where = self.endpoint.base_url or "the OpenAI API"
@@ -159,7 +207,7 @@ class OpenAIModel:
             attempts += 1
             started = time.monotonic()
             try:
-                response = self.client.chat.completions.create(model=model, messages=messages)
+                response = self.client.chat.completions.create(model=model, messages=messages, **options)
                 if isinstance(response, str) or not hasattr(response, "choices"):
                     raise BadResponse(f"the endpoint {where} answered 200 with a body that is not a chat completion "
                                       f"({str(response)[:80]!r})")
@@ -206,10 +254,11 @@ class OpenAIModel:
 
             prompt_tokens = _count_prompt_tokens(messages, model)
             completion_tokens = counter_for(model).count(text)
+        cached = cached_prompt_tokens(response)
         return Completion(text=text, model=response.model or model, prompt_tokens=prompt_tokens,
                           completion_tokens=completion_tokens,
-                          cost_usd=self.prices.cost(model, prompt_tokens, completion_tokens), latency_s=latency,
-                          finish_reason=(choice.finish_reason if choice else None) or "stop")
+                          cost_usd=self.prices.cost(model, prompt_tokens, completion_tokens, cached), latency_s=latency,
+                          finish_reason=(choice.finish_reason if choice else None) or "stop", cached_tokens=cached)
 
     def _delay(self, attempt: int, exc: Exception) -> float:
         """The server's Retry-After when it gives one (capped), else exponential backoff with jitter."""
@@ -223,6 +272,26 @@ class OpenAIModel:
                 except ValueError:
                     pass
         return self.backoff_s * (2 ** attempt) * (0.75 + random.random() / 2)
+
+
+def cached_prompt_tokens(response) -> int:
+    """Prompt tokens served from the endpoint's cache, as each kind of server reports them: OpenAI, vLLM and
+    llama.cpp (usage.prompt_tokens_details.cached_tokens), DeepSeek (usage.prompt_cache_hit_tokens),
+    Anthropic-style gateways (usage.cache_read_input_tokens), llama.cpp's own timings (timings.cache_n)."""
+    usage = getattr(response, "usage", None)
+    candidates = []
+    if usage is not None:
+        details = getattr(usage, "prompt_tokens_details", None)
+        candidates.append(getattr(details, "cached_tokens", None) if details is not None else None)
+        extra = getattr(usage, "model_extra", None) or {}
+        candidates += [extra.get("prompt_cache_hit_tokens"), extra.get("cache_read_input_tokens")]
+    timings = (getattr(response, "model_extra", None) or {}).get("timings")
+    if isinstance(timings, dict):
+        candidates.append(timings.get("cache_n"))
+    for value in candidates:
+        if isinstance(value, int) and value > 0:
+            return value
+    return 0
 
 
 def _error_text(exc: Exception) -> str:
@@ -263,7 +332,8 @@ class ScriptedModel:
         self.prices = prices or PriceTable()
         self.calls: list[list[Message]] = []
 
-    def complete(self, messages: list[Message], *, model: str, role: str = "agent") -> Completion:
+    def complete(self, messages: list[Message], *, model: str, role: str = "agent", max_tokens: int | None = None,
+                 stop: list[str] | None = None) -> Completion:
         if len(self.calls) >= len(self.replies):
             raise ScriptExhausted(f"the scripted model has no reply left for call {len(self.calls) + 1}")
         reply = self.replies[len(self.calls)]

@@ -21,7 +21,8 @@ class ReplayModel:
         self.queues = {role: deque(texts) for role, texts in responses.items()}
         self.calls = 0
 
-    def complete(self, messages: list[dict], *, model: str, role: str = "agent") -> Completion:
+    def complete(self, messages: list[dict], *, model: str, role: str = "agent", max_tokens: int | None = None,
+                 stop: list[str] | None = None) -> Completion:
         queue = self.queues.get(role)
         if not queue:
             if role == "agent":

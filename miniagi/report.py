@@ -23,19 +23,20 @@ def print_runs(store: RunStore, status: str | None = None, as_json: bool = False
         console.print(f"no runs{f' with status {status}' if status else ''} under {store.root}")
         return
     if not console.is_terminal:  # a pipe or a file: one whole line per run, tab-separated, for grep and cut
-        print("id\tstatus\tsteps\tcost\tobjective")
+        print("id\tstatus\tsteps\tcost\tcached\tobjective")
         for result in results:
             print("\t".join([str(result.get("run_id", "?")), str(result.get("status", "?")), str(result.get("steps", 0)),
-                             f"${result.get('cost_usd', 0):.4f}", " ".join(str(result.get("objective", "")).split())]))
+                             f"${result.get('cost_usd', 0):.4f}", cache_rate(result),
+                             " ".join(str(result.get("objective", "")).split())]))
         return
     table = Table(box=None, header_style="bold")
     for column, justify in (("id", "left"), ("status", "left"), ("steps", "right"), ("cost", "right"),
-                            ("objective", "left")):
+                            ("cached", "right"), ("objective", "left")):
         table.add_column(column, justify=justify, no_wrap=column != "objective", overflow="ellipsis")
     for result in results:
         state = result.get("status", "?")
         table.add_row(result.get("run_id", "?"), Text(state, style=STATUS_STYLES.get(state, "red")),
-                      str(result.get("steps", 0)), f"${result.get('cost_usd', 0):.4f}",
+                      str(result.get("steps", 0)), f"${result.get('cost_usd', 0):.4f}", cache_rate(result),
                       Text(" ".join(str(result.get("objective", "")).split())[:200]))
     console.print(table)
 
@@ -89,10 +90,17 @@ def print_run(record: RunRecord, raw: bool = False, as_json: bool = False) -> No
         console.print(Text(f"{plural(result.get('steps') or 0, 'step')} · "
                            f"{plural(result.get('llm_calls') or 0, 'model call')} · "
                            f"{result.get('prompt_tokens')}+{result.get('completion_tokens')} tokens · "
-                           f"${result.get('cost_usd', 0):.4f}", style="dim"))
+                           f"${result.get('cost_usd', 0):.4f} · {cache_rate(result)} of prompt tokens from the "
+                           f"endpoint's cache (saved ${result.get('cost_saved_usd') or 0:.4f})", style="dim"))
         if result.get("answer") is not None:
             console.print(Text("answer:", style="bold green"))
             console.print(Text(str(result["answer"])))
+
+
+def cache_rate(result: dict) -> str:
+    """The share of prompt tokens the endpoint served from its prompt cache."""
+    prompt = result.get("prompt_tokens") or 0
+    return f"{100 * (result.get('cached_prompt_tokens') or 0) / prompt:.0f}%" if prompt else "-"
 
 
 def print_memory_hits(hits, as_json: bool = False, redact=lambda text: text) -> None:

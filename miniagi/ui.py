@@ -154,7 +154,9 @@ class Terminal:
         self.console.print(Text.assemble(
             (f"run {result.get('run_id')} ", "bold"), (str(status), f"bold {style}"),
             (f" · {plural(result.get('steps') or 0, 'step')} · "
-             f"{plural(result.get('llm_calls') or 0, self.calls_label)} · ${result.get('cost_usd', 0):.4f}", "dim")))
+             f"{plural(result.get('llm_calls') or 0, self.calls_label)} · ${result.get('cost_usd', 0):.4f}"
+             + (f" · {100 * result['cached_prompt_tokens'] / result['prompt_tokens']:.0f}% cached"
+                if result.get("cached_prompt_tokens") and result.get("prompt_tokens") else ""), "dim")))
         if result.get("message") and status != "done":
             self.console.print(Text(self.redact(result["message"]), style=style))
 

@@ -44,10 +44,10 @@ class TimedModel:
         self.model = model
         self.calls: list[tuple[float, float, str]] = []  # (start, duration, role)
 
-    def complete(self, messages, *, model, role="agent"):
+    def complete(self, messages, *, model, role="agent", **options):
         started = time.perf_counter()
         try:
-            return self.model.complete(messages, model=model, role=role)
+            return self.model.complete(messages, model=model, role=role, **options)
         finally:
             self.calls.append((started, time.perf_counter() - started, role))
 

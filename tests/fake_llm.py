@@ -51,10 +51,33 @@ def word_vector(text: str, dimensions: int = 64) -> list[float]:
     return vector
 
 
+def rendered_prompt(request: dict) -> str:
+    """The request's messages as one text, the way a chat template lays them out for the model."""
+    return "".join(f"<|{m.get('role')}|>{m.get('content') or ''}<|end|>" for m in request.get("messages", []))
+
+
+def common_prefix(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    low, high = 0, n
+    while low < high:  # binary search on equal prefixes
+        middle = (low + high + 1) // 2
+        if a[:middle] == b[:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
 class FakeLLM:
-    def __init__(self, script=(), responder=None):
+    """Like a server with a prompt cache of one slot per model (llama.cpp's): usage reports as cached the tokens
+    a prompt shares at its beginning with the previous prompt for the same model, and `prefill_s_per_token`
+    makes it spend that long on each token that is not cached (a local model's prompt reading)."""
+
+    def __init__(self, script=(), responder=None, prefill_s_per_token: float = 0.0):
         self.script = list(script)
         self.responder = responder
+        self.prefill_s_per_token = prefill_s_per_token
+        self.last_prompt: dict[str, str] = {}  # model → its previous prompt (the cache slot)
         self.requests: list[dict] = []  # every chat request body received, failures included
         self.embedding_requests: list[dict] = []
         self.lock = threading.Lock()
@@ -144,14 +167,22 @@ class FakeLLM:
                 finish = "length" if isinstance(item, Cut) else "stop"
                 item = item.text if isinstance(item, Cut) else item
                 text = item(request) if callable(item) else item
+                prompt = rendered_prompt(request)
+                with fake.lock:
+                    cached_chars = common_prefix(prompt, fake.last_prompt.get(request.get("model", ""), ""))
+                    fake.last_prompt[request.get("model", "")] = prompt
                 prompt_chars = sum(len(m.get("content") or "") for m in request.get("messages", []))
+                cached = min(cached_chars // 4, prompt_chars // 4)
+                if fake.prefill_s_per_token:
+                    time.sleep((prompt_chars // 4 + 1 - cached) * fake.prefill_s_per_token)
                 self._send(200, {
                     "id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()),
                     "model": request.get("model", "fake"),
                     "choices": [{"index": 0, "finish_reason": finish,
                                  "message": {"role": "assistant", "content": text}}],
                     "usage": {"prompt_tokens": prompt_chars // 4 + 1, "completion_tokens": len(text) // 4 + 1,
-                              "total_tokens": prompt_chars // 4 + len(text) // 4 + 2},
+                              "total_tokens": prompt_chars // 4 + len(text) // 4 + 2,
+                              "prompt_tokens_details": {"cached_tokens": cached}},
                 })
 
         return Handler

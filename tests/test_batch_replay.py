@@ -72,14 +72,20 @@ def test_a_batch_survives_a_failing_endpoint_and_a_limit_and_a_rerun_retries_onl
     assert "batch summary" in proc.stderr and (out / "logs" / "broken.log").read_text()
 
     responder.scripts["Use the broken model"] = [act("done", "fixed")]
-    responder.scripts["Count forever"] = [act("done", "counted")]
+    responder.scripts["Count forever"] = lambda step: act("done", "counted")
     responder.seen.clear()
+    write_batch(batch_file, [{"id": "sum", "objective": "Add 2 and 3"},  # the limit raised for the rerun
+                             {"id": "broken", "objective": "Use the broken model", "model": "broken-model"},
+                             {"id": "long", "objective": "Count forever", "max_steps": 4},
+                             {"id": "hello", "objective": "Say hello"}])
     rerun = cli("batch", str(batch_file), "--workers", "2", "--out", str(out), "-y")
     assert rerun.returncode == 0, rerun.stderr
     assert set(responder.seen) == {"Use the broken model", "Count forever"}  # done ones were skipped
     lines = results(out / "results.jsonl")
     assert len(lines) == 6 and {r["id"] for r in lines[4:]} == {"broken", "long"}
     assert all(r["status"] == "done" for r in lines[4:])
+    long_again = next(r for r in lines[4:] if r["id"] == "long")
+    assert long_again["run_id"] == first["long"]["run_id"] and long_again["steps"] == 3  # resumed, not restarted
 
 
 def test_txt_batches_run_unattended_and_the_cost_cap_stops_new_objectives(cli, llm, isolated):

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memory.context import MESSAGE_OVERHEAD, REPLY_PRIMING, ContextBuilder, ContextOverflow, StepRecord
+from memory.run_memory import RunMemory
 from memory.tokens import counter_for
 from miniagi.prompts import system_prompt
 
@@ -23,31 +24,58 @@ def make_steps(sizes):
             for i, size in enumerate(sizes)]
 
 
+def memory_for(budget: int) -> RunMemory:
+    return RunMemory(builder=ContextBuilder(COUNTER, budget), summarizer_counter=COUNTER,
+                     ask_summarizer=lambda prompt: "summary of what was done " * 40, store=None, scope="run",
+                     run_id="r", objective="do things")
+
+
+def drive(memory: RunMemory, sizes: list[int], alerts: list[str] | None = None):
+    """Build the prompt of every step of a run whose steps print `sizes` words; yield (prompt, folded)."""
+    steps: list[StepRecord] = []
+    for number in range(1, len(sizes) + 2):
+        context, folded = memory.context(system=SYSTEM, steps=steps, next_step=number,
+                                         alerts=(alerts or [""] * (len(sizes) + 1))[number - 1])
+        yield context, folded
+        if number <= len(sizes):
+            steps.append(make_steps(sizes)[number - 1])
+
+
 @given(budget=st.integers(min_value=1500, max_value=8000),
        sizes=st.lists(st.integers(min_value=0, max_value=3000), max_size=40),
-       notes=st.lists(st.text(min_size=1, max_size=200), max_size=30))
-@settings(max_examples=60, deadline=None)
-def test_the_whole_prompt_always_fits_the_budget(budget, sizes, notes):
-    builder = ContextBuilder(COUNTER, budget)
-    context = builder.build(system=SYSTEM, objective="do things", steps=make_steps(sizes), next_step=len(sizes) + 1,
-                            notes=notes)
-    assert prompt_tokens(context.messages) <= budget
-    assert context.tokens == prompt_tokens(context.messages)
+       alerts=st.lists(st.text(max_size=3000), min_size=41, max_size=41))
+@settings(max_examples=40, deadline=None)
+def test_every_prompt_fits_the_budget_and_extends_the_one_before_it_until_steps_leave_the_view(budget, sizes,
+                                                                                               alerts):
+    previous = None
+    for context, folded in drive(memory_for(budget), sizes, alerts):
+        assert prompt_tokens(context.messages) <= budget
+        assert context.tokens == prompt_tokens(context.messages)
+        roles = [m["role"] for m in context.messages]
+        assert roles[0] == "system" and roles[-1] == "user"
+        assert all(a != b for a, b in zip(roles[1:], roles[2:]))  # user and assistant alternate
+        if previous is not None and not context.reshaped and len(previous) > 2:
+            assert context.messages[:len(previous)] == previous  # the cached prefix: all of the last prompt
+        previous = context.messages
 
 
-def test_recent_steps_are_verbatim_newest_kept_in_order():
-    steps = make_steps([200] * 30)
-    context = ContextBuilder(COUNTER, 3000).build(system=SYSTEM, objective="x", steps=steps, next_step=31)
+def test_steps_since_the_fold_are_verbatim_and_folds_are_batched():
+    memory = memory_for(3000)
+    runs = list(drive(memory, [200] * 30))
+    context = runs[-1][0]
     shown = [m["content"] for m in context.messages if m["content"].startswith("Observation (step")]
     numbers = [int(text.split("step ")[1].split(")")[0]) for text in shown]
     assert numbers == list(range(31 - len(numbers), 31)) and 0 < len(numbers) < 30
-    assert context.messages[-1]["content"] == "Step 31: reply with your next action."
+    assert context.messages[-1]["content"].endswith("Step 31: reply with your next action.")
+    assert f"SUMMARY OF STEPS 1-{memory.summary.through_step}" in context.messages[1]["content"]
+    folds = sum(1 for _, folded in runs if folded)
+    assert 1 <= folds <= 30 / 8  # FOLD_BATCH steps a fold: one summarizer call per eight steps or fewer
 
 
 def test_an_oversized_newest_step_is_cut_to_fit_rather_than_dropped():
-    steps = make_steps([50, 20000])
-    context = ContextBuilder(COUNTER, 2500).build(system=SYSTEM, objective="x", steps=steps, next_step=3)
-    assert context.steps_shown == 1 and "tokens cut" in context.messages[-2]["content"]
+    runs = list(drive(memory_for(2500), [50, 20000]))
+    context = runs[-1][0]
+    assert context.steps_shown >= 1 and "tokens cut" in context.messages[-1]["content"]
     assert prompt_tokens(context.messages) <= 2500
 
 

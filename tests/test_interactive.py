@@ -51,7 +51,7 @@ def test_headless_python_api_with_a_scripted_model(isolated):
                            act("done", "21")])
     result = Agent(Settings(yes=True, unattended=True, workdir=str(isolated.work)), model=model).run("add one")
     assert (result.status, result.answer, result.exit_code, result.steps) == ("done", "21", 0, 3)
-    assert "Observation (step 2):\n21" in model.calls[2][-2]["content"]
+    assert "Observation (step 2):\n21" in model.calls[2][-1]["content"]
     assert result.summary["llm_calls"] == 3
 
 

@@ -111,9 +111,10 @@ def test_a_100_step_run_stays_in_budget_recalls_an_old_fact_and_calls_the_model_
 
     after_question = json.dumps(agent_calls[60])  # the prompt right after the thought asked for it
     assert "ALPHA-7731" in after_question
-    shown_steps = [m["content"] for m in agent_calls[60] if m["content"].startswith("Observation (step")]
-    assert not any("ALPHA-7731" in text for text in shown_steps)  # it came back by recall, not the window
-    assert "SUMMARY OF EARLIER STEPS" in json.dumps(agent_calls[-1])
+    assert not any(m["content"].startswith("Observation (step 1):") for m in agent_calls[60])  # out of view
+    recalled = agent_calls[60][-1]["content"].split("<<<UNTRUSTED DATA: recalled memories")[1]
+    assert "ALPHA-7731" in recalled  # it came back by recall, at the end of the newest message
+    assert "SUMMARY OF STEPS 1-" in json.dumps(agent_calls[-1])
     (directory,) = run_dirs(isolated.home)
     kinds = {json.loads(line)["type"] for line in (directory / "trace.jsonl").read_text().splitlines()}
     assert {"summary", "recall"} <= kinds
