@@ -170,7 +170,6 @@ class OpenAIModel:
 
     def complete(self, messages: list[Message], *, model: str, role: str = "agent", max_tokens: int | None = None,
                  stop: list[str] | None = None) -> Completion:
-        import openai
 
         while True:
             options = self._options(model, max_tokens, stop)

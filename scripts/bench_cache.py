@@ -13,7 +13,6 @@ cached (a local model's prefill).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
