@@ -236,3 +236,33 @@ def test_machines_share_one_memory_through_a_chromadb_server(cli, llm, tmp_path)
     llm.add(act("done", "still fine"))
     proc = cli("-y", "Carry on", env={**MEMORY_ON, "MINIAGI_MEMORY_URL": url})
     assert proc.returncode == 0 and "vector memory disabled" in proc.stderr
+
+
+def test_a_fact_from_step_1_is_recalled_after_30_unrelated_steps(llm, isolated):
+    """The shape that once lost the fact in 2 of 5 runs on a busy machine: what leaves the view is flushed to
+    the store first, so recall does not depend on how far the background writer lags."""
+    agent_calls = []
+
+    def respond(request):
+        if request["model"] == "summarizer-model":
+            return "Summary: the agent printed weather reports."
+        agent_calls.append(request["messages"])
+        n = len(agent_calls)
+        if n == 1:
+            return act("execute_python", "print('Security memo: the vault code is PLUM-4471.')", "read the memo")
+        if n == 32:
+            return act("memorize_thoughts", "I need the vault code from the security memo",
+                       "I need the vault code from the security memo")
+        if n == 33:
+            return act("done", "PLUM-4471")
+        return act("execute_python", f"print(('Weather report {n}: cloudy, light rain, wind from the west. ') * 30)",
+                   f"print weather report {n}")
+
+    llm.responder = respond
+    settings = Settings(model="gpt-4o-mini", summarizer_model="summarizer-model", yes=True, unattended=True,
+                        max_context_tokens=4000, workdir=str(isolated.work), home=str(isolated.home))
+    result = Agent(settings, model=OpenAIModel(Endpoint(api_key="k", base_url=llm.url))).run("Open the vault")
+    assert result.status == "done"
+    final = agent_calls[-1]
+    assert not any(m["content"].startswith("Observation (step 1):") for m in final)  # long out of view
+    assert "PLUM-4471" in json.dumps(final)
