@@ -182,6 +182,10 @@ class ContextBuilder:
         body = truncate_middle(record.messages()[1]["content"], self.counter, left)
         return [reply, dict(observation, content=f"{body}\n\n{tail}" if tail else body)]
 
+    def notes_tokens(self, notes: list[str]) -> int:
+        """What the head's notes take of their share."""
+        return sum(self.counter.count(note) + 2 for note in self._notes_within_share(notes))
+
     def _notes_within_share(self, notes: list[str]) -> list[str]:
         """The newest notes that fit their share of the budget."""
         room = self.notes_cap

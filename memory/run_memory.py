@@ -23,10 +23,10 @@ from .store import Hit, MemoryItem, VectorMemory
 from .tokens import TokenCounter
 
 FOLD_BATCH = 8  # steps out of view that are folded into the summary at once: one summarizer call per 8 steps
-FOLD_TARGET = 0.5  # of the budget: what the prompt comes down to when steps leave the view, so that many steps
-#                    can follow, each prompt extending the last, before steps must leave it again
+FOLD_TARGET = 0.3  # of the room for steps: what the steps in view come down to when some must leave, so that many
+#                    can follow, each prompt extending the last, before steps must leave again
 SUMMARY_SHARE = 0.15  # of the context budget
-RECALL_SHARE = 0.15
+RECALL_SHARE = 0.08  # of the budget, each step: what is recalled stays in view with its step, so it adds up
 RECALL_CANDIDATES = 8
 RECALL_ITEM_TOKENS = 200  # at most, for one recalled memory
 OBJECTIVE_REFRESH = 8  # steps between lookups of what is near the objective
@@ -89,7 +89,7 @@ class RunMemory:
         context = self._build(system, steps, next_step, alerts)
         if context.tokens > self.builder.max_tokens:
             shown = [s for s in steps if s.step >= self.window_start]
-            evicted = self._eviction(shown, context)
+            evicted = self._eviction(steps, shown, context)
             if evicted:
                 self.window_start = evicted[-1].step + 1
                 self._flush_store()  # what left the view must be findable by recall from now on
@@ -99,6 +99,9 @@ class RunMemory:
                 self._fold(pending)
                 folded = self.summary
             context = self._build(system, steps, next_step, alerts)
+            while context.tokens > self.builder.max_tokens and context.steps_shown > 1:  # the fold grew the head
+                self.window_start = [s for s in steps if s.step >= self.window_start][1].step
+                context = self._build(system, steps, next_step, alerts)
         if context.tokens > self.builder.max_tokens and context.steps_shown:
             context = self._build(system, steps, next_step, alerts, squeeze=True)  # the newest step alone is too big
         context.reshaped = reshaped or folded is not None
@@ -114,7 +117,10 @@ class RunMemory:
                 del self.rendered[step]
                 self.shown.pop(step, None)
         newest = shown[-1] if shown else None
-        # the newest step is rendered now, with this prompt's tail; the older ones as they were first sent
+        # the newest step is rendered now, with this prompt's tail (anew when the prompt is built again after
+        # steps left the view: what its last tail showed is not in the prompt yet); the older ones as first sent
+        if newest is not None:
+            self.shown.pop(newest.step, None)
         recalled = self._recall(steps, notes=left)
         tail = self.builder.tail(next_step, recalled, alerts)
         older = [self._rendering(s) for s in shown[:-1]]
@@ -133,11 +139,16 @@ class RunMemory:
             self.rendered[record.step] = self.builder.render(record)
         return self.rendered[record.step]
 
-    def _eviction(self, shown: list[StepRecord], context: Context) -> list[StepRecord]:
-        """The oldest steps to take out of view so that the prompt comes down to FOLD_TARGET of the budget (never
-        the newest). The summary is counted at its cap, the size a fold may grow it to."""
-        target = int(self.builder.max_tokens * FOLD_TARGET)
-        total = context.tokens + max(0, self.summary_cap - self.counter.count(self.summary.text))
+    def _eviction(self, steps: list[StepRecord], shown: list[StepRecord], context: Context) -> list[StepRecord]:
+        """The oldest steps to take out of view so that the steps keep FOLD_TARGET of the room they have (never
+        the newest). The summary and the head's notes are counted at their caps, the size a fold may grow them
+        to."""
+        notes = self.builder.notes_tokens(self._left_notes(steps))
+        growth = max(0, self.summary_cap - self.counter.count(self.summary.text)) + self.builder.notes_cap - notes
+        in_view = sum(self.builder.message_tokens(self._rendering(s)) for s in shown)
+        fixed = context.tokens - in_view + growth
+        target = fixed + int(max(0, self.builder.max_tokens - fixed) * FOLD_TARGET)
+        total = context.tokens + growth
         batch: list[StepRecord] = []
         for record in shown[:-1]:
             if total <= target:
@@ -147,8 +158,9 @@ class RunMemory:
         return batch
 
     def _left_notes(self, steps: list[StepRecord]) -> list[str]:
-        """The notes memorized in steps that are out of view (the head shows them)."""
-        return [s.arg for s in steps if s.command == "memorize_thoughts" and s.step < self.window_start]
+        """The notes memorized in folded steps (the head shows them; it changes only at a fold). Notes of steps
+        out of view but not folded yet are reached by recall until the next fold."""
+        return [s.arg for s in steps if s.command == "memorize_thoughts" and s.step <= self.summary.through_step]
 
     def _flush_store(self) -> None:
         if self.store is not None:

@@ -182,8 +182,8 @@ class Batch:
             message = (f"the run ended without a result (exit {outcome.returncode})"
                        + (f": {said[-1].strip()}" if said else "") + f"; see {log_path}")
         status = "error" if outcome.timed_out else summary.get("status", "error")
-        if outcome.returncode == 130 and not summary:
-            status = "interrupted"
+        if not summary and (self.stopping or outcome.returncode in (130, -signal.SIGINT)):
+            status = "interrupted"  # stopped (by our Ctrl-C) before it could say more, even while starting
         record = {"id": objective.id, "objective": objective.objective, "status": status,
                   "answer": summary.get("answer"), "run_id": summary.get("run_id"),
                   "steps": summary.get("steps", 0), "cost_usd": summary.get("cost_usd", 0.0),

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
+import subprocess
+import sys
 
 from .conftest import MEMORY_ON, act, one_line, run_dirs
 from .fake_llm import Fail
@@ -128,3 +131,31 @@ def test_clearing_all_memory_asks_first_in_a_terminal(cli, llm, isolated):
 def test_memory_takes_a_memory_url_and_an_unreachable_one_is_one_line(cli):
     proc = cli("memory", "stats", "--memory-url", "http://127.0.0.1:9")
     assert proc.returncode in (1, 2) and one_line(proc.stderr) and "127.0.0.1:9" in proc.stderr
+
+
+def test_a_batch_objective_interrupted_while_starting_is_recorded_as_interrupted(llm, isolated, tmp_path):
+    # a run process that is still starting: Python's start-up waits here until the test lets it go
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    started, release = tmp_path / "started", tmp_path / "release"
+    (hooks / "sitecustomize.py").write_text(
+        "import os, time\n"
+        "if os.environ.get('HOLD_START') and 'batch' not in ' '.join(__import__('sys').argv):\n"
+        f"    open({str(started)!r}, 'w').close()\n"
+        f"    while not os.path.exists({str(release)!r}):\n"
+        "        time.sleep(0.05)\n")
+    (isolated.work / "jobs.txt").write_text("say hi\n")
+    env = dict(os.environ, OPENAI_BASE_URL=llm.url, OPENAI_API_KEY="sk-test", MINIAGI_MEMORY_SCOPE="off",
+               PYTHONPATH=f"{hooks}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", HOLD_START="1")
+    batch = subprocess.Popen([sys.executable, "-m", "miniagi", "batch", "jobs.txt"], cwd=isolated.work, env=env,
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert _wait_for(started.exists)
+        batch.send_signal(signal.SIGINT)
+        _, stderr = batch.communicate(timeout=180)
+    finally:
+        release.touch()
+    assert batch.returncode == 130, stderr
+    (record,) = [json.loads(line) for line in (isolated.work / "jobs-txt-results" / "results.jsonl").read_text()
+                 .splitlines()]
+    assert record["status"] == "interrupted"
