@@ -55,7 +55,8 @@ def bench_help(repeats: int = 10) -> float:
 
 def bench_exec(repeats: int = 300) -> float:
     from miniagi.containment import Containment, Limits
-    from miniagi.execution import PythonSession, child_environment
+    from miniagi.execution import PythonSession
+    from miniagi.secrets import child_environment
 
     with tempfile.TemporaryDirectory() as tmp:
         containment = Containment(Limits())
