@@ -156,15 +156,19 @@ class ContextBuilder:
         return ("Begin: reply with your first action." if next_step == 1
                 else f"Step {next_step}: reply with your next action.")
 
-    def assemble(self, system: str, head: str, pairs: list[list[dict]], tail: str = "") -> Context:
-        """The prompt: system, head, the rendered steps; `tail` goes at the end of the last user message (the
-        head, when no step is shown)."""
+    def assemble(self, system: str, head: str, pairs: list[list[dict]], tail: str = "",
+                 pair_tokens: list[int] | None = None) -> Context:
+        """The prompt: system, head, the rendered steps (their token counts, when known, spare counting them
+        again); `tail` goes at the end of the last user message (the head, when no step is shown)."""
         messages = [{"role": "system", "content": system}, {"role": "user", "content": head}]
         messages += [message for pair in pairs for message in pair]
         if tail:
             messages[-1] = dict(messages[-1], content=f"{messages[-1]['content']}\n\n{tail}")
-        return Context(messages=messages, tokens=self.message_tokens(messages) + REPLY_PRIMING,
-                       steps_shown=len(pairs))
+        if pair_tokens is None or tail:
+            tokens = self.message_tokens(messages)
+        else:
+            tokens = self.message_tokens(messages[:2]) + sum(pair_tokens)
+        return Context(messages=messages, tokens=tokens + REPLY_PRIMING, steps_shown=len(pairs))
 
     def render(self, record: StepRecord, tail: str = "", room: int | None = None) -> list[dict]:
         """A step as a reply and its observation (with the tail, when it is the newest), cut to `room` tokens

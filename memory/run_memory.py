@@ -74,6 +74,7 @@ class RunMemory:
         self.last_recalled: list[str] = []
         self.window_start = 1  # the oldest step in view; older ones are folded, or waiting for the next fold
         self.rendered: dict[int, list[dict]] = {}  # step → its messages as first sent (kept while in view)
+        self.rendered_tokens: dict[int, int] = {}  # step → what those messages take of the budget
         self.shown: dict[int, list[str]] = {}  # step → the memory ids recalled into its tail
         self._objective_hits: list[Hit] | None = None
         self.failure = ""  # why vector memory was turned off mid-run, for the agent to report
@@ -92,7 +93,8 @@ class RunMemory:
             evicted = self._eviction(steps, shown, context)
             if evicted:
                 self.window_start = evicted[-1].step + 1
-                self._flush_store()  # what left the view must be findable by recall from now on
+                # what left the view must be findable by recall from now on: wait for the writer if it lags
+                self._flush_store([f"{self.run_id}:step:{s.step}" for s in evicted])
             reshaped = bool(evicted)
             pending = [s for s in steps if self.summary.through_step < s.step < self.window_start]
             if len(pending) >= FOLD_BATCH:
@@ -115,6 +117,7 @@ class RunMemory:
         for step in list(self.rendered):  # out of view since: gone from the prompt
             if step < self.window_start:
                 del self.rendered[step]
+                self.rendered_tokens.pop(step, None)
                 self.shown.pop(step, None)
         newest = shown[-1] if shown else None
         # the newest step is rendered now, with this prompt's tail (anew when the prompt is built again after
@@ -124,20 +127,26 @@ class RunMemory:
         recalled = self._recall(steps, notes=left)
         tail = self.builder.tail(next_step, recalled, alerts)
         older = [self._rendering(s) for s in shown[:-1]]
+        counts = [self.rendered_tokens[s.step] for s in shown[:-1]]
         if newest is None:
             return self.builder.assemble(system, head, [], tail)
         room = None
         if squeeze:
-            room = self.builder.max_tokens - self.builder.assemble(system, head, older).tokens
-        self.rendered[newest.step] = self.builder.render(newest, tail, room)
+            room = self.builder.max_tokens - self.builder.assemble(system, head, older, pair_tokens=counts).tokens
+        self._keep(newest.step, self.builder.render(newest, tail, room))
         self.shown[newest.step] = list(self.last_recalled)
-        return self.builder.assemble(system, head, older + [self.rendered[newest.step]])
+        return self.builder.assemble(system, head, older + [self.rendered[newest.step]],
+                                     pair_tokens=counts + [self.rendered_tokens[newest.step]])
 
     def _rendering(self, record: StepRecord) -> list[dict]:
         """A step as it was first sent; one never sent (after a resume) is rendered plainly."""
         if record.step not in self.rendered:
-            self.rendered[record.step] = self.builder.render(record)
+            self._keep(record.step, self.builder.render(record))
         return self.rendered[record.step]
+
+    def _keep(self, step: int, pair: list[dict]) -> None:
+        self.rendered[step] = pair
+        self.rendered_tokens[step] = self.builder.message_tokens(pair)
 
     def _eviction(self, steps: list[StepRecord], shown: list[StepRecord], context: Context) -> list[StepRecord]:
         """The oldest steps to take out of view so that the steps keep FOLD_TARGET of the room they have (never
@@ -145,7 +154,7 @@ class RunMemory:
         to."""
         notes = self.builder.notes_tokens(self._left_notes(steps))
         growth = max(0, self.summary_cap - self.counter.count(self.summary.text)) + self.builder.notes_cap - notes
-        in_view = sum(self.builder.message_tokens(self._rendering(s)) for s in shown)
+        in_view = sum(self.rendered_tokens[s.step] for s in shown if s.step in self.rendered_tokens)
         fixed = context.tokens - in_view + growth
         target = fixed + int(max(0, self.builder.max_tokens - fixed) * FOLD_TARGET)
         total = context.tokens + growth
@@ -154,7 +163,8 @@ class RunMemory:
             if total <= target:
                 break
             batch.append(record)
-            total -= self.builder.message_tokens(self._rendering(record))
+            self._rendering(record)
+            total -= self.rendered_tokens[record.step]
         return batch
 
     def _left_notes(self, steps: list[StepRecord]) -> list[str]:
@@ -162,8 +172,8 @@ class RunMemory:
         out of view but not folded yet are reached by recall until the next fold."""
         return [s.arg for s in steps if s.command == "memorize_thoughts" and s.step <= self.summary.through_step]
 
-    def _flush_store(self) -> None:
-        if self.store is not None:
+    def _flush_store(self, ids: list[str]) -> None:
+        if self.store is not None and self.store.pending(ids):
             try:
                 self.store.flush()
             except Exception:  # reported by the next remember; recall goes on with what is stored

@@ -88,6 +88,8 @@ class VectorMemory:
         self._writer_error: BaseException | None = None
         self._flushing = threading.Event()
         self._vectors: dict[str, object] = {}  # objective → vector
+        self._pending: set[str] = set()  # ids queued and not stored yet
+        self._pending_lock = threading.Lock()
 
     @property
     def collection(self):
@@ -127,8 +129,15 @@ class VectorMemory:
             self._writer = threading.Thread(target=self._write_forever, name="memory-writer", daemon=True)
             self._writer.start()
         items = list(items)
+        with self._pending_lock:
+            self._pending.update(item.id for item in items)
         for item, vector in zip(items, vectors or [None] * len(items)):
             self._queue.put((item, vector))
+
+    def pending(self, ids: Iterable[str]) -> bool:
+        """Whether any of these items is still waiting for the background writer."""
+        with self._pending_lock:
+            return not self._pending.isdisjoint(ids)
 
     def flush(self) -> None:
         """Wait until every queued item is stored."""
@@ -184,6 +193,13 @@ class VectorMemory:
 
     def _store(self, items: list[MemoryItem], known: list) -> int:
         """Embed what has no vector yet, in one batch, and write everything in as few calls as chromadb allows."""
+        try:
+            return self._write(items, known)
+        finally:
+            with self._pending_lock:
+                self._pending.difference_update(item.id for item in items)
+
+    def _write(self, items: list[MemoryItem], known: list) -> int:
         pairs = [(replace(item, text=self.redact(item.text), key=self.redact(item.key)), vector)
                  for item, vector in zip(items, known) if item.text.strip()]
         if not pairs:
