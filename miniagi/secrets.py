@@ -112,6 +112,7 @@ class Redactor:
                                          if len(m.group(2)) >= self.MIN_LENGTH)
         spellings = sorted({s for v in secret_values for s in _spellings(v)}, key=len, reverse=True)
         self.values = spellings
+        self._seen: dict[str, str] = {}  # the last prompt's message texts → redacted
         self._literal = re.compile("|".join(map(re.escape, spellings))) if spellings else None
 
     def __call__(self, text: str) -> str:
@@ -133,7 +134,21 @@ class Redactor:
         return match.group(0)[:match.start("value") - match.start(0)] + REDACTED
 
     def messages(self, messages: list[dict]) -> list[dict]:
-        return [dict(m, content=self(m["content"])) if isinstance(m.get("content"), str) else m for m in messages]
+        """A prompt's messages, redacted. Prompts grow by appending, so all but the newest messages were seen
+        the step before: their redacted text is kept, not worked out again."""
+        seen, self._seen = self._seen, {}
+        redacted = []
+        for message in messages:
+            content = message.get("content")
+            if not isinstance(content, str):
+                redacted.append(message)
+                continue
+            clean = seen.get(content)
+            if clean is None:
+                clean = self(content)
+            self._seen[content] = clean
+            redacted.append(dict(message, content=clean))
+        return redacted
 
 
 def redact_data(redact: Callable[[str], str], data):
