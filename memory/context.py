@@ -17,12 +17,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from .budget import Budget
 from .tokens import TokenCounter
 
 MESSAGE_OVERHEAD = 4  # tokens a chat message costs beyond its content
 REPLY_PRIMING = 3
-NOTES_SHARE = 0.15  # of the budget, at most, for the notes memorized in folded steps
-ALERTS_SHARE = 0.10  # of the budget, at most, for warnings and criticism
 
 
 FENCE_MARKER = re.compile(r"<<<\s*(?:END\s+)?UNTRUSTED\s+DATA[^>]*>>>", re.I)
@@ -51,6 +50,7 @@ class StepRecord:
     arg: str
     observation: str  # already within the per-item budget
     raw_reply: str = ""  # kept for malformed replies, which have no action to re-render
+    notes: tuple = ()  # what the step memorized: shown with the summary once the step is folded
     _tokens: int | None = field(default=None, repr=False, compare=False)
 
     def messages(self) -> list[dict]:
@@ -100,11 +100,12 @@ class Context:
 class ContextBuilder:
     """Measures and assembles prompts; what to fold and what to recall is decided by RunMemory."""
 
-    def __init__(self, counter: TokenCounter, max_tokens: int):
+    def __init__(self, counter: TokenCounter, budget: Budget | int):
+        self.budget = budget if isinstance(budget, Budget) else Budget(context=budget)
         self.counter = counter
-        self.max_tokens = max_tokens
-        self.alerts_cap = int(max_tokens * ALERTS_SHARE)
-        self.notes_cap = int(max_tokens * NOTES_SHARE)
+        self.max_tokens = self.budget.context
+        self.alerts_cap = self.budget.alerts
+        self.notes_cap = self.budget.notes
         self._system: str | None = None
         self._system_tokens = 0
 

@@ -25,13 +25,9 @@ from .tokens import TokenCounter
 FOLD_BATCH = 8  # steps out of view that are folded into the summary at once: one summarizer call per 8 steps
 FOLD_TARGET = 0.3  # of the room for steps: what the steps in view come down to when some must leave, so that many
 #                    can follow, each prompt extending the last, before steps must leave again
-SUMMARY_SHARE = 0.15  # of the context budget
-RECALL_SHARE = 0.08  # of the budget, each step: what is recalled stays in view with its step, so it adds up
 RECALL_CANDIDATES = 8
 RECALL_ITEM_TOKENS = 200  # at most, for one recalled memory
 OBJECTIVE_REFRESH = 8  # steps between lookups of what is near the objective
-# commands whose argument is code: it says little about intent and costs much to embed, so queries leave it out
-CODE_COMMANDS = frozenset({"execute_python", "execute_shell"})
 
 FOLD_PROMPT = """You keep the running summary of an autonomous agent's work. Its objective:
 {objective}
@@ -58,7 +54,8 @@ class Summary:
 
 class RunMemory:
     def __init__(self, *, builder: ContextBuilder, summarizer_counter: TokenCounter, ask_summarizer: Ask,
-                 store: VectorMemory | None, scope: str, run_id: str, objective: str, workdir: str = ""):
+                 store: VectorMemory | None, scope: str, run_id: str, objective: str, workdir: str = "",
+                 code_commands: frozenset[str] = frozenset()):
         self.builder = builder
         self.counter = builder.counter
         self.summarizer_counter = summarizer_counter
@@ -69,8 +66,10 @@ class RunMemory:
         self.objective = objective
         self.workdir = workdir
         self.summary = Summary()
-        self.summary_cap = int(builder.max_tokens * SUMMARY_SHARE)
-        self.recall_budget = int(builder.max_tokens * RECALL_SHARE)
+        self.summary_cap = builder.budget.summary
+        self.recall_budget = builder.budget.recall
+        # commands whose argument is code: it says little about intent and costs much to embed, so queries leave it out
+        self.code_commands = code_commands
         self.last_recalled: list[str] = []
         self.window_start = 1  # the oldest step in view; older ones are folded, or waiting for the next fold
         self.rendered: dict[int, list[dict]] = {}  # step → its messages as first sent (kept while in view)
@@ -84,7 +83,7 @@ class RunMemory:
     def context(self, *, system: str, steps: list[StepRecord], next_step: int, notes: list[str] = (),
                 alerts: str = "") -> tuple[Context, Summary | None]:
         """The agent's next prompt; also returns the new summary when a batch was folded to make it. (`notes`
-        are all the run's notes: those of steps in view are there as their memorize_thoughts steps.)"""
+        are all the run's notes: those of steps in view are there in the steps that memorized them.)"""
         folded, reshaped = None, False
         self.window_start = max(self.window_start, self.summary.through_step + 1)
         context = self._build(system, steps, next_step, alerts)
@@ -170,7 +169,7 @@ class RunMemory:
     def _left_notes(self, steps: list[StepRecord]) -> list[str]:
         """The notes memorized in folded steps (the head shows them; it changes only at a fold). Notes of steps
         out of view but not folded yet are reached by recall until the next fold."""
-        return [s.arg for s in steps if s.command == "memorize_thoughts" and s.step <= self.summary.through_step]
+        return [note for s in steps if s.step <= self.summary.through_step for note in s.notes]
 
     def _flush_store(self, ids: list[str]) -> None:
         if self.store is not None and self.store.pending(ids):
@@ -219,7 +218,7 @@ class RunMemory:
         hits = list(self._objective_hits)
         if steps:  # and near what the agent is doing now (a short query: embedding time grows with length)
             latest = steps[-1]
-            detail = "" if latest.command in CODE_COMMANDS else f": {latest.arg[:80]}"
+            detail = "" if latest.command in self.code_commands else f": {latest.arg[:80]}"
             near = self.store.search_by([self.store.embed_one(f"{latest.thought[:120]} ({latest.command}{detail})")],
                                         RECALL_CANDIDATES, where)
             known = {hit.id for hit in near}

@@ -48,7 +48,7 @@ def read_objectives(path: Path) -> list[Objective]:
         raise ConfigError(f"{path}: a batch file is .txt (one objective per line) or .jsonl")
     objectives: list[Objective] = []
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = path.read_text(encoding="utf-8").split("\n")  # not splitlines: U+2028 may sit in a string
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     for number, line in enumerate(lines, start=1):
@@ -89,7 +89,7 @@ def read_objectives(path: Path) -> list[Objective]:
 def latest_results(results_path: Path) -> dict[str, dict]:
     latest: dict[str, dict] = {}
     if results_path.is_file():
-        for line in results_path.read_text(encoding="utf-8").splitlines():
+        for line in results_path.read_text(encoding="utf-8").split("\n"):  # not splitlines: U+2028 may sit in a string
             try:
                 record = json.loads(line)
                 latest[str(record["id"])] = record

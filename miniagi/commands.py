@@ -1,22 +1,25 @@
 """The commands the model can use: plain functions registered in one table.
 
-The system prompt's command list is generated from COMMANDS, so adding a command is writing one function.
-A command returns its observation as text; `done` ends the run by raising Submitted.
+The system prompt's command list is generated from COMMANDS, so adding a command is writing one function. A command
+acts through the narrow `Workspace` protocol below (never on the agent itself) and returns its observation as text,
+or an `Outcome` when it also leaves notes, memories or the final answer, which the loop applies.
 """
 
 from __future__ import annotations
 
-import hashlib
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Protocol
 
-from .sources import SourceError, is_url, read_source
-from .websearch import SearchUnavailable, search
+from .sources import SourceError, is_url
+from .websearch import SearchUnavailable
 
 if TYPE_CHECKING:
-    from .agent import Workspace
+    from memory.tokens import TokenCounter
+
+    from .sources import Document
+    from .websearch import SearchResult
 
 INGEST_CHUNK_TOKENS = 250  # what the embedding model reads of a text
 INGEST_OVERLAP_TOKENS = 30
@@ -27,12 +30,57 @@ INGEST_SUMMARY_TOKENS = 150
 SEARCH_RESULTS = 5
 
 
-class Submitted(Exception):
-    """The model said `done`: the argument is the run's final answer."""
+@dataclass
+class Memory:
+    """A text for the vector store, of a kind (search, note, …); `key` tells apart several of one step."""
 
-    def __init__(self, answer: str):
-        super().__init__(answer)
-        self.answer = answer
+    kind: str
+    text: str
+    key: str = ""
+
+
+@dataclass
+class Outcome:
+    """What a command leaves behind; the loop applies it the same way for every command."""
+
+    observation: str = ""
+    notes: list[str] = field(default_factory=list)  # kept in the agent's context for the run, and in memory
+    memories: list[Memory] = field(default_factory=list)  # stored in the vector memory
+    answer: str | None = None  # the run's final answer: the run ends (after the critic's check)
+
+
+class DocumentShelf(Protocol):
+    """Where ingest_data keeps a source's parts: one source's parts replace those stored before."""
+
+    def forget(self, source: str) -> int: ...
+
+    def store(self, source: str, label: str, parts: list[str], start: int, total: int) -> None: ...
+
+
+class Workspace(Protocol):
+    """What a command may use: the work directory, code execution, the person, the web, sources, documents and
+    the summarizer model. Implemented by miniagi.workspace.RunWorkspace."""
+
+    workdir: Path
+    counter: TokenCounter  # the summarizer model's tokens
+    chunk_budget: int  # what one summarizer call may read
+    answer_tokens: int  # one answer drawn from a source
+    documents: DocumentShelf | None  # None when vector memory is off
+    last_search: list[SearchResult]
+
+    def run_python(self, code: str) -> str: ...
+
+    def run_shell(self, command_line: str) -> str: ...
+
+    def ask_user(self, message: str) -> str: ...
+
+    def search(self, query: str, max_results: int) -> list[SearchResult]: ...
+
+    def read(self, source: str) -> Document: ...
+
+    def summarize(self, prompt: str) -> str: ...
+
+    def progress(self, text: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -40,15 +88,19 @@ class Command:
     name: str
     arg: str  # what the argument is, as the prompt tells the model
     doc: str  # what the command does and what comes back
-    run: Callable[["Workspace", str], str]
+    run: Callable[[Workspace, str], "str | Outcome"]
     needs_approval: bool = False  # runs code on the user's machine: ask first unless -y
+
+    def __call__(self, workspace: Workspace, arg: str) -> Outcome:
+        result = self.run(workspace, arg)
+        return result if isinstance(result, Outcome) else Outcome(observation=result)
 
 
 COMMANDS: dict[str, Command] = {}
 
 
 def command(name: str, arg: str, doc: str, needs_approval: bool = False):
-    def register(function: Callable[["Workspace", str], str]):
+    def register(function: Callable[[Workspace, str], "str | Outcome"]):
         COMMANDS[name] = Command(name, arg, doc, function, needs_approval)
         return function
 
@@ -59,27 +111,31 @@ def describe_commands() -> str:
     return "\n".join(f"- {c.name}: {c.doc} Argument: {c.arg}." for c in COMMANDS.values())
 
 
+def code_commands() -> frozenset[str]:
+    """Commands whose argument is code run on the user's machine."""
+    return frozenset(c.name for c in COMMANDS.values() if c.needs_approval)
+
+
 @command("memorize_thoughts", "free text",
          "Keep a note (a plan, a fact, an intermediate result) that stays in your memory for the rest of the run.")
-def memorize_thoughts(workspace: "Workspace", text: str) -> str:
-    # the run keeps every memorized text from its recorded actions (RunState.add_action), so resume has them too
-    return "Noted: it is in your memory now."
+def memorize_thoughts(workspace: Workspace, text: str) -> Outcome:
+    return Outcome("Noted: it is in your memory now.", notes=[text])
 
 
 @command("execute_python", "Python source (no fence needed)",
          "Run Python in a persistent session, like a notebook: variables, imports and functions stay defined "
          "for later steps. You see stdout, stderr, the traceback on error and the value of a trailing expression.",
          needs_approval=True)
-def execute_python(workspace: "Workspace", code: str) -> str:
-    return workspace.python.run(code).observation()
+def execute_python(workspace: Workspace, code: str) -> str:
+    return workspace.run_python(code)
 
 
 @command("execute_shell", "one shell command line",
          "Run a shell command in the working directory, with no input available (interactive programs fail). "
          "You see its exit code and output. Background jobs stop when the command ends: start a long-running "
          "server from execute_python with subprocess.Popen.", needs_approval=True)
-def execute_shell(workspace: "Workspace", command_line: str) -> str:
-    return workspace.shell(command_line).observation()
+def execute_shell(workspace: Workspace, command_line: str) -> str:
+    return workspace.run_shell(command_line)
 
 
 def untrusted(label: str, text: str) -> str:
@@ -91,9 +147,9 @@ def untrusted(label: str, text: str) -> str:
 
 @command("web_search", "keywords",
          "Search the web. You get the top results, numbered, each with title, URL and snippet.")
-def web_search(workspace: "Workspace", query: str) -> str:
+def web_search(workspace: Workspace, query: str) -> str | Outcome:
     try:
-        results = search(workspace.search_backend, query, SEARCH_RESULTS)
+        results = workspace.search(query, SEARCH_RESULTS)
     except SearchUnavailable as exc:
         return (f"Web search is unavailable right now ({exc}). Go on without it: use what you know, local files, "
                 "or URLs you already have.")
@@ -101,13 +157,15 @@ def web_search(workspace: "Workspace", query: str) -> str:
         return f"No results for {query!r}. Try other keywords."
     workspace.last_search = results
     listing = "\n".join(f"[{i}] {r.title}\n    {r.url}\n    {r.snippet}" for i, r in enumerate(results, start=1))
-    workspace.remember_search(query, results)
-    return (untrusted(f"web search results for {query!r}", listing)
-            + "\nTo read a result: ingest_data with its URL or number (ingest_data 2), or process_data "
-              "QUESTION|URL.")
+    observation = (untrusted(f"web search results for {query!r}", listing)
+                   + "\nTo read a result: ingest_data with its URL or number (ingest_data 2), or process_data "
+                     "QUESTION|URL.")
+    # results go to memory, so a later step can find a URL seen earlier
+    return Outcome(observation, memories=[Memory("search", f"Web search result for {query!r}: {r.title}\n{r.url}\n"
+                                                           f"{r.snippet}", str(i)) for i, r in enumerate(results)])
 
 
-def _source_spec(workspace: "Workspace", spec: str) -> str:
+def _source_spec(workspace: Workspace, spec: str) -> str:
     """A search result's number ("2", "[2]", "#2") stands for its URL."""
     match = re.fullmatch(r"\s*[\[#]?(\d{1,2})\]?\s*", spec)
     if match and workspace.last_search and 1 <= int(match.group(1)) <= len(workspace.last_search):
@@ -118,16 +176,16 @@ def _source_spec(workspace: "Workspace", spec: str) -> str:
 @command("ingest_data", "a file path or http(s) URL (or the number of a web_search result)",
          "Read a file (text, Markdown, CSV, JSON, HTML, code, PDF) or web page into your long-term memory, where "
          "later steps recall the parts they need. You get a short summary and how much was stored.")
-def ingest_data(workspace: "Workspace", spec: str) -> str:
+def ingest_data(workspace: Workspace, spec: str) -> str:
     from memory.condense import condense, split_by_tokens
 
-    store = workspace.memory.store
-    if store is None:
+    shelf = workspace.documents
+    if shelf is None:
         return ("ingest_data stores into vector memory, which is off for this run (--memory-scope off). Use "
                 "process_data QUESTION|SOURCE to ask about the source instead.")
     source = _source_spec(workspace, spec)
     try:
-        document = read_source(source, workspace.workdir, workspace.read_timeout)
+        document = workspace.read(source)
     except SourceError as exc:
         return f"Could not read the source: {exc}"
     key = source if is_url(source) else str((workspace.workdir / Path(source).expanduser()).resolve())
@@ -138,14 +196,10 @@ def ingest_data(workspace: "Workspace", spec: str) -> str:
         workspace.progress(f"{source} holds {total_chars / 1e6:.1f} MB of text; storing the first "
                            f"{MAX_INGEST_CHARS / 1e6:.0f} MB")
     chunks = split_by_tokens(text, counter, INGEST_CHUNK_TOKENS, overlap=INGEST_OVERLAP_TOKENS)
-    replaced = store.delete({"source": key})
-    prefix = f"doc:{hashlib.sha1(key.encode()).hexdigest()[:16]}"
-    label = document.title or source
+    replaced = shelf.forget(key)
     # stored at once, not in the background (the next step may ask about it), a batch at a time
     for start in range(0, len(chunks), INGEST_BATCH):
-        store.add([workspace.memory.document_item(f"{prefix}:{i}", f"{label} [part {i + 1}/{len(chunks)}]\n{chunk}",
-                                                  key, i)
-                   for i, chunk in enumerate(chunks[start:start + INGEST_BATCH], start=start)])
+        shelf.store(key, document.title or source, chunks[start:start + INGEST_BATCH], start, len(chunks))
         if len(chunks) > INGEST_BATCH:
             workspace.progress(f"stored {min(start + INGEST_BATCH, len(chunks)):,} of {len(chunks):,} parts")
     first_part = "".join(split_by_tokens(text[:workspace.chunk_budget * 16], counter, workspace.chunk_budget)[:3])
@@ -161,7 +215,7 @@ def ingest_data(workspace: "Workspace", spec: str) -> str:
     return f"{document.header()}\n{stored}\n{about}:\n" + untrusted(f"summary of {source}", summary)
 
 
-def split_process_argument(workspace: "Workspace", arg: str) -> tuple[str, list[str]]:
+def split_process_argument(workspace: Workspace, arg: str) -> tuple[str, list[str]]:
     """"PROMPT|SOURCE[|SOURCE…]": sources are taken from the end while they look like sources, so a prompt may
     itself contain "|"."""
     parts = [part.strip() for part in arg.split("|")]
@@ -177,7 +231,7 @@ def split_process_argument(workspace: "Workspace", arg: str) -> tuple[str, list[
     return prompt, sources
 
 
-def _looks_like_source(workspace: "Workspace", text: str) -> bool:
+def _looks_like_source(workspace: Workspace, text: str) -> bool:
     if is_url(text) or re.fullmatch(r"[\[#]?\d{1,2}\]?", text) and workspace.last_search:
         return True
     path = Path(text).expanduser()
@@ -189,7 +243,7 @@ def _looks_like_source(workspace: "Workspace", text: str) -> bool:
          "each after a |)",
          "Answer a question over the WHOLE of a file or web page, however long: every part is read, so nothing on "
          "page 40 is missed. You get the answer.")
-def process_data(workspace: "Workspace", arg: str) -> str:
+def process_data(workspace: Workspace, arg: str) -> str:
     from memory.condense import QUESTION_MERGE_PROMPT, answer_over
 
     try:
@@ -199,7 +253,7 @@ def process_data(workspace: "Workspace", arg: str) -> str:
     answers, problems = [], []
     for source in sources:
         try:
-            document = read_source(source, workspace.workdir, workspace.read_timeout)
+            document = workspace.read(source)
         except SourceError as exc:
             problems.append(f"Could not read {source}: {exc}")
             continue
@@ -232,11 +286,11 @@ def process_data(workspace: "Workspace", arg: str) -> str:
 @command("talk_to_user", "a message or question",
          "Tell the user something or ask them a question; their reply comes back. Use it only when you cannot "
          "go on without them.")
-def talk_to_user(workspace: "Workspace", message: str) -> str:
+def talk_to_user(workspace: Workspace, message: str) -> str:
     return workspace.ask_user(message)
 
 
 @command("done", "the final answer",
          "Finish: the argument is the final answer, all the user will see, so make it complete.")
-def done(workspace: "Workspace", answer: str) -> str:
-    raise Submitted(answer)
+def done(workspace: Workspace, answer: str) -> Outcome:
+    return Outcome(answer=answer)

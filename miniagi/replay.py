@@ -8,9 +8,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import events as ev
+from .commands import COMMANDS
 from .config import ConfigError, Settings
 from .model import Completion, ScriptExhausted, local_completion
-from .commands import COMMANDS
 from .runs import RunRecord, RunStore
 
 
@@ -47,28 +48,27 @@ class Recording:
 
     @classmethod
     def from_events(cls, events: list[dict], name: str) -> "Recording":
-        start = next((e for e in events if e.get("type") == "run_start"), None)
+        typed = ev.read(events)
+        start = next((e for e in typed if isinstance(e, ev.RunStart)), None)
         if start is None:
             raise ConfigError(f"{name} holds no run_start event: it is not a miniagi trace")
         agent_calls: dict[int, str] = {}  # a step cut off and taken again keeps its last reply
         others: dict[str, list[str]] = {}
         observations, commands, status = {}, {}, None
-        for event in events:
-            kind = event.get("type")
-            if kind == "llm_call" and event.get("role", "agent") == "agent":
-                agent_calls[event["step"]] = event.get("response", "")
-            elif kind == "llm_call":
-                others.setdefault(event["role"], []).append(event.get("response", ""))
-            elif kind == "observation":
-                observations[event["step"]] = event.get("text", "")
-            elif kind == "format_error":
-                observations[event["step"]] = event.get("error", "")
-            elif kind == "action":
-                commands[event["step"]] = event.get("command", "")
-            elif kind == "run_end":
-                status = event.get("status")
-        return cls(run_id=start.get("run_id") or name, objective=start["objective"],
-                   settings=start.get("settings") or {},
+        for event in typed:
+            if isinstance(event, ev.ModelCall) and event.role == "agent":
+                agent_calls[event.step] = event.response
+            elif isinstance(event, ev.ModelCall):
+                others.setdefault(event.role, []).append(event.response)
+            elif isinstance(event, ev.Observation):
+                observations[event.step] = event.text
+            elif isinstance(event, ev.FormatError):
+                observations[event.step] = event.error
+            elif isinstance(event, ev.Action):
+                commands[event.step] = event.command
+            elif isinstance(event, ev.RunEnd):
+                status = event.status
+        return cls(run_id=start.run_id or name, objective=start.objective, settings=start.settings or {},
                    responses={"agent": [agent_calls[step] for step in sorted(agent_calls)], **others},
                    observations=observations, commands=commands, status=status)
 
@@ -77,7 +77,7 @@ def load_recording(source: str, store: RunStore) -> Recording:
     path = Path(source).expanduser()
     if path.is_file():
         events = []
-        for line in path.read_text(encoding="utf-8").splitlines():
+        for line in path.read_text(encoding="utf-8").split("\n"):  # not splitlines: U+2028 may be inside a string
             try:
                 events.append(json.loads(line))
             except ValueError:

@@ -7,6 +7,7 @@ import json
 from rich.table import Table
 from rich.text import Text
 
+from . import events as ev
 from .runs import RunRecord, RunStore
 from .ui import make_console, plural
 
@@ -49,43 +50,41 @@ def print_run(record: RunRecord, raw: bool = False, as_json: bool = False) -> No
         return
     console = make_console()
     usage: dict[int, list[float]] = {}
-    for event in record.events():
-        kind, step = event.get("type"), event.get("step", 0)
-        if kind == "run_start":
+    for event in ev.read(record.events()):
+        step = event.step
+        if isinstance(event, ev.RunStart):
             console.print(Text(f"run {record.run_id}", style="bold"))
-            console.print(Text(f"objective: {event.get('objective')}", style="cyan"))
-        elif kind == "resume":
-            console.print(Text(f"— resumed at {event.get('time')} —", style="bold yellow"))
-        elif kind == "llm_call":
+            console.print(Text(f"objective: {event.objective}", style="cyan"))
+        elif isinstance(event, ev.Resume):
+            console.print(Text(f"— resumed at {event.time} —", style="bold yellow"))
+        elif isinstance(event, ev.ModelCall):
             tokens = usage.setdefault(step, [0, 0, 0.0])
-            tokens[0] += event.get("prompt_tokens", 0)
-            tokens[1] += event.get("completion_tokens", 0)
-            tokens[2] += event.get("cost_usd", 0.0)
+            tokens[0] += event.prompt_tokens
+            tokens[1] += event.completion_tokens
+            tokens[2] += event.cost_usd
             if raw:
-                console.print(Text(f"[{event.get('role')} · {event.get('model')} · {event.get('latency_s')} s] raw "
-                                   "response:", style="dim"))
-                console.print(Text(event.get("response", ""), style="dim"))
-        elif kind == "action":
+                console.print(Text(f"[{event.role} · {event.model} · {event.latency_s} s] raw response:", style="dim"))
+                console.print(Text(event.response, style="dim"))
+        elif isinstance(event, ev.Action):
             prompt, completion, cost = usage.get(step, [0, 0, 0.0])
             console.print()
-            console.print(Text.assemble((f"step {step} ", "bold"), (f"command: {event.get('command', '')}",
-                                                                   "bold magenta"),
+            console.print(Text.assemble((f"step {step} ", "bold"), (f"command: {event.command}", "bold magenta"),
                                         (f"  {prompt}+{completion} tokens · ${cost:.4f}", "dim")))
-            if event.get("thought"):
-                console.print(Text(f"thought: {event['thought']}", style="italic"))
-            console.print(Text("argument:\n" + _indent(event.get("arg", "")), style="yellow"))
-        elif kind == "observation":
-            console.print(Text("observation:\n" + _indent(event.get("text", "")), style="dim"))
-        elif kind == "format_error":
+            if event.thought:
+                console.print(Text(f"thought: {event.thought}", style="italic"))
+            console.print(Text("argument:\n" + _indent(event.arg), style="yellow"))
+        elif isinstance(event, ev.Observation):
+            console.print(Text("observation:\n" + _indent(event.text), style="dim"))
+        elif isinstance(event, ev.FormatError):
             console.print()
             console.print(Text(f"step {step} format error", style="bold red"))
-            console.print(Text(event.get("error", ""), style="red"))
-        elif kind in ("loop_warning", "critic", "summary"):
-            console.print(Text(f"[{kind}] {event.get('text', '')}", style="yellow"))
-        elif kind == "run_end":
+            console.print(Text(event.error, style="red"))
+        elif isinstance(event, (ev.LoopWarning, ev.CriticReview, ev.CriticVerdict, ev.SummaryFolded)):
+            console.print(Text(f"[{event.type}] {event.text}", style="yellow"))
+        elif isinstance(event, ev.RunEnd):
             console.print()
-            console.print(Text(f"ended: {event.get('status')}"
-                               + (f" — {event['message']}" if event.get("message") else ""), style="bold"))
+            console.print(Text(f"ended: {event.status}" + (f" — {event.message}" if event.message else ""),
+                               style="bold"))
     if result:
         console.print(Text(f"{plural(result.get('steps') or 0, 'step')} · "
                            f"{plural(result.get('llm_calls') or 0, 'model call')} · "

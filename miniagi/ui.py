@@ -17,6 +17,8 @@ from rich.panel import Panel
 from rich.syntax import Syntax
 from rich.text import Text
 
+from . import events as ev
+
 ARG_PREVIEW_LINES = 3
 OBSERVATION_PREVIEW_LINES = 6
 
@@ -99,6 +101,26 @@ class Terminal:
             self.console.print(Text(f"  {_preview(self.redact(thought), 3)}", style="italic"))
         if arg and command != "done":
             self.console.print(Text(_indent(_preview(self.redact(arg), ARG_PREVIEW_LINES)), style="yellow"))
+
+    def show(self, event: ev.Event, cost_usd: float = 0.0) -> None:
+        """What the terminal shows of a run's event, as it is emitted (bookkeeping events show nothing)."""
+        if isinstance(event, ev.Action):
+            self.action(event.step, event.thought, event.command, event.arg, cost_usd)
+        elif isinstance(event, ev.Observation):
+            self.observation(event.text)
+        elif isinstance(event, ev.FormatError):
+            problem = event.error.splitlines()[0].removeprefix("Your reply could not be used: ").rstrip(".")
+            self.warn(f"step {event.step}: the reply could not be used: {problem}")
+        elif isinstance(event, ev.CriticReview):
+            self.critic(event.text)
+        elif isinstance(event, ev.CriticVerdict):
+            from .critic import verdict
+
+            self.critic(("ACCEPT: " if event.accepted else "REJECT: ") + verdict(event.text)[1])
+        elif isinstance(event, ev.LoopWarning):
+            self.warn(f"loop: {event.kind}, {event.repeats} times")
+        elif isinstance(event, ev.ModelCall):
+            self.debug_raw(event.role, event.response)
 
     def observation(self, text: str) -> None:
         if not self.quiet:

@@ -1,0 +1,57 @@
+"""The run's token budget in one place: how the context window is shared out, and what one item, one reply and one
+summarizer call may take. Computed once from the settings and handed to the context builder, the run memory, the
+critic and the commands."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+NOTES_SHARE = 0.15  # of the context, at most, for the notes memorized in folded steps
+ALERTS_SHARE = 0.10  # … for warnings and criticism
+SUMMARY_SHARE = 0.15  # … for the rolling summary of folded steps
+RECALL_SHARE = 0.08  # … each step, for recalled memories (they stay in view with their step, so it adds up)
+SUMMARIZER_HEADROOM = 800  # of a summarizer call's context: its instruction and its reply
+CHARS_PER_TOKEN = 4  # for cheap character caps that stay above a token cap
+
+
+@dataclass(frozen=True)
+class Budget:
+    context: int = 8000  # tokens of one whole prompt (--max-context-tokens)
+    item: int = 1500  # one thought, argument or observation in the context (--max-memory-item-tokens)
+    reply: int = 2000  # one reply of the agent (--max-reply-tokens)
+
+    @classmethod
+    def from_settings(cls, settings) -> "Budget":
+        return cls(context=settings.max_context_tokens, item=settings.max_memory_item_tokens,
+                   reply=settings.max_reply_tokens)
+
+    @property
+    def notes(self) -> int:
+        return int(self.context * NOTES_SHARE)
+
+    @property
+    def alerts(self) -> int:
+        return int(self.context * ALERTS_SHARE)
+
+    @property
+    def summary(self) -> int:
+        return int(self.context * SUMMARY_SHARE)
+
+    @property
+    def recall(self) -> int:
+        return int(self.context * RECALL_SHARE)
+
+    @property
+    def summarizer_chunk(self) -> int:
+        """What one summarizer call may read of a source."""
+        return max(1000, self.context - SUMMARIZER_HEADROOM)
+
+    @property
+    def answer(self) -> int:
+        """One answer drawn from a source (process_data) or one summary of it (ingest_data)."""
+        return min(800, self.item)
+
+    @property
+    def item_chars(self) -> int:
+        """A cheap character cap on an observation, well above the token cap it is cut to later."""
+        return self.item * CHARS_PER_TOKEN * 2

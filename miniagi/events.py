@@ -1,0 +1,201 @@
+"""What happens in a run, as typed events: the one shape the live loop, the trace, resume, replay and `show` share.
+
+A run emits events (`Run.emit`): each is appended to trace.jsonl, applied to the run's state (`RunState.apply`, the
+only way that state changes, live and on resume) and shown in the terminal. An event's JSON is the line in the
+trace: `{"type": …, "step": …, fields…}`. Keys an event does not know (written by a newer miniagi, or a run's
+origin such as `replay_of`) are kept in `extra` and written back as they were.
+
+Adding a field: add it to its dataclass here (with a default, so older traces still read) and, if it changes the
+state, one line in `RunState.apply`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
+
+
+@dataclass
+class Event:
+    type: ClassVar[str] = ""
+    step: int = 0
+    extra: dict = field(default_factory=dict, repr=False)  # keys this version does not know, kept as they were
+
+    def to_json(self) -> dict:
+        data: dict[str, Any] = {"type": self.type}
+        data.update(self._discriminator())
+        for spec in fields(self):
+            value = getattr(self, spec.name)
+            if spec.name == "extra" or (value is None and spec.metadata.get("omit_none")):
+                continue
+            data[spec.name] = value
+        data.update({k: v for k, v in self.extra.items() if k not in data})
+        return data
+
+    def _discriminator(self) -> dict:
+        return {}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Event":
+        names = {spec.name for spec in fields(cls)} - {"extra"}
+        known = {key: value for key, value in data.items() if key in names}
+        extra = {key: value for key, value in data.items()
+                 if key not in names and key != "type" and key not in cls._discriminator(cls)}
+        return cls(**known, extra=extra)
+
+
+def optional(default=None):
+    """A field left out of the JSON while it is None."""
+    return field(default=default, metadata={"omit_none": True})
+
+
+@dataclass
+class RunStart(Event):
+    type: ClassVar[str] = "run_start"
+    time: str = ""
+    run_id: str = ""
+    objective: str = ""
+    settings: dict = field(default_factory=dict)
+
+
+@dataclass
+class ModelCall(Event):
+    type: ClassVar[str] = "llm_call"
+    role: str = "agent"
+    model: str = ""
+    response: str = ""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    cost_usd: float = 0.0
+    saved_usd: float = 0.0
+    latency_s: float = 0.0
+    finish_reason: str | None = None
+    messages: list | None = optional()  # the request, with --debug
+
+
+@dataclass
+class Action(Event):
+    type: ClassVar[str] = "action"
+    thought: str = ""
+    command: str = ""
+    arg: str = ""
+
+
+@dataclass
+class Observation(Event):
+    type: ClassVar[str] = "observation"
+    text: str = ""
+    notes: list | None = optional()  # what the step memorized (None in traces older than this field)
+
+
+@dataclass
+class FormatError(Event):
+    type: ClassVar[str] = "format_error"
+    error: str = ""
+    response: str = ""
+
+
+@dataclass
+class SummaryFolded(Event):
+    type: ClassVar[str] = "summary"
+    text: str = ""
+    through_step: int = 0
+
+
+@dataclass
+class Recall(Event):
+    type: ClassVar[str] = "recall"
+    ids: list = field(default_factory=list)
+
+
+@dataclass
+class CriticReview(Event):
+    type: ClassVar[str] = "critic"
+    text: str = ""
+    loop: bool = False
+
+    def _discriminator(self) -> dict:
+        return {"kind": "review"}
+
+
+@dataclass
+class CriticVerdict(Event):
+    type: ClassVar[str] = "critic"
+    accepted: bool = True
+    text: str = ""
+
+    def _discriminator(self) -> dict:
+        return {"kind": "final"}
+
+
+@dataclass
+class LoopWarning(Event):
+    type: ClassVar[str] = "loop_warning"
+    repeats: int = 0
+    text: str = ""
+    kind: str = ""  # what the loop is made of
+
+
+@dataclass
+class Isolation(Event):
+    type: ClassVar[str] = "isolation"
+    isolated: bool = False
+    reason: str = ""
+
+
+@dataclass
+class Error(Event):
+    """Something went wrong that the run survived or ended with (vector memory off, a bug's traceback)."""
+
+    type: ClassVar[str] = "error"
+    text: str | None = optional()
+    traceback: str | None = optional()
+
+
+@dataclass
+class Resume(Event):
+    type: ClassVar[str] = "resume"
+    time: str = ""
+    settings: dict = field(default_factory=dict)
+
+
+@dataclass
+class RunEnd(Event):
+    type: ClassVar[str] = "run_end"
+    time: str = ""
+    status: str = "error"
+    answer: str | None = None
+    message: str = ""
+
+
+@dataclass
+class Unknown(Event):
+    """An event of a type this version does not know: kept, shown nowhere, changes nothing."""
+
+    name: str = ""
+
+    def to_json(self) -> dict:
+        return {"type": self.name, "step": self.step, **self.extra}
+
+
+EVENT_TYPES: tuple[type[Event], ...] = (RunStart, ModelCall, Action, Observation, FormatError, SummaryFolded, Recall,
+                                        CriticReview, CriticVerdict, LoopWarning, Isolation, Error, Resume, RunEnd)
+_BY_TYPE = {cls.type: cls for cls in EVENT_TYPES if cls.type != "critic"}
+
+
+def from_json(data: dict) -> Event:
+    """The typed event of one trace line."""
+    kind = data.get("type")
+    if kind == "critic":
+        return (CriticVerdict if data.get("kind") == "final" else CriticReview).from_json(data)
+    cls = _BY_TYPE.get(kind)
+    if cls is None:
+        rest = {key: value for key, value in data.items() if key not in ("type", "step")}
+        return Unknown(step=data.get("step", 0), name=str(kind), extra=rest)
+    return cls.from_json(data)
+
+
+def read(lines) -> list[Event]:
+    """Typed events from trace dicts (as `RunRecord.events()` yields them)."""
+    return [from_json(data) for data in lines if isinstance(data, dict)]

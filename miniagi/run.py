@@ -1,0 +1,325 @@
+"""One run of an objective — the loop:
+
+    until stopped:  check the limits → think → act → observe → critique
+
+Every change to the run is an event, emitted: appended to the trace, applied to the state (`RunState.apply`) and
+shown in the terminal. Stopping is an exception (stops.py) mapped to the run's status and exit code in one place.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import threading
+import traceback
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from memory.run_memory import RunMemory
+
+from . import critic
+from . import events as ev
+from .commands import COMMANDS, Outcome, code_commands
+from .config import ConfigError
+from .execution import cap_text
+from .loops import STOP_AFTER, WARN_AFTER
+from .model import Completion, ModelError, ModelUnavailable
+from .parser import Action, FormatError, parse_reply
+from .runs import RunRecord, now_iso, process_identity
+from .state import RunState
+from .stops import EXIT_CODES, Ending, LimitReached, Stop, Stuck, Submitted, TooManyFormatErrors, ending_for
+from .workspace import RunWorkspace
+
+if TYPE_CHECKING:
+    from .agent import Agent
+
+MAX_FORMAT_ERRORS = 3  # malformed replies in a row before the run is given up
+# where a reply in the tag format should end: a second action, or an observation the model goes on to invent
+STOP_SEQUENCES = ["\nObservation", "\nobservation:", "Observation (step", "\n<r>"]
+CUT_OFF = ("it was cut off: it reached the length limit before it ended, so nothing in it was run. Send a shorter "
+           "reply — a brief thought and one command; write long code or a long text in parts over several steps")
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    status: str
+    answer: str | None
+    exit_code: int
+    message: str = ""
+    steps: int = 0
+    cost_usd: float = 0.0
+    summary: dict = field(default_factory=dict)  # what result.json holds
+
+
+class Run:
+    def __init__(self, agent: "Agent", record: RunRecord, state: RunState, *, resumed: bool = False):
+        self.agent, self.settings, self.ui = agent, agent.settings, agent.ui
+        self.record, self.state, self.resumed = record, state, resumed
+        self.memory = RunMemory(builder=agent.contexts, summarizer_counter=agent.summarizer_counter,
+                                ask_summarizer=self.summarize, store=agent.vectors, scope=self.settings.memory_scope,
+                                run_id=record.run_id, objective=state.objective,
+                                workdir=str(self.settings.workdir_path), code_commands=code_commands())
+        self.memory.summary = state.summary
+        self.workspace = RunWorkspace(self.settings, ui=agent.ui, environ=agent.environ, memory=self.memory,
+                                      budget=agent.budget, search_backend=agent.search_backend,
+                                      summarize=self.summarize, counter=agent.summarizer_counter)
+        self.alerts: list[str] = []  # for the next prompt only: loop warnings, the note that the run was resumed
+        self.isolation: str | None = None  # how executed code is kept from the agent's process
+
+    def emit(self, event: ev.Event) -> None:
+        self.record.append(event.to_json())
+        self.state.apply(event)
+        self.ui.show(event, self.state.cost_usd)
+
+    def emit_quietly(self, event: ev.Event) -> None:
+        """The end of a run is recorded if the disk allows; the trace up to the last step stands either way."""
+        try:
+            self.record.append(event.to_json())
+        except OSError as exc:
+            self.ui.warn(f"could not record the end of the run: {exc.strerror or exc}")
+        self.state.apply(event)
+
+    # --- the loop ------------------------------------------------------------------------------------------------
+    def drive(self) -> RunResult:
+        state, record = self.state, self.record
+        self.ui.run_started(record.run_id, state.objective, self.settings.model, state.step if self.resumed else 0)
+        restore_sigterm = _raise_on_sigterm()
+        answer = None
+        try:
+            self.report_isolation()
+            self.save("running")
+            if not self.resumed:
+                self.remember(self.memory.item("objective", state.objective))
+            while True:
+                self.check_limits()
+                action = self.think()
+                if action is not None:  # None: a malformed reply, recorded and sent back
+                    self.observe(action, self.act(action))
+                    self.critique()
+                self.save("running")
+        except Submitted as submitted:
+            answer, ending = self.agent.redact(submitted.answer), Ending("done", "", EXIT_CODES["done"])
+            self.remember(self.memory.item("answer", f"Objective: {state.objective}\nFinal answer: "
+                                                     f"{submitted.answer}", state.step))
+        except (Exception, KeyboardInterrupt) as exc:
+            ending = ending_for(exc, record.run_id, first_call_made=self.resumed or state.llm_calls > 0)
+            if ending.internal:
+                self.emit_quietly(ev.Error(step=state.step, traceback=traceback.format_exc()))
+        finally:
+            restore_sigterm()
+            self.workspace.close()
+            self.flush_memory()
+        if ending.discard:
+            record.close()
+            shutil.rmtree(record.dir, ignore_errors=True)
+            raise ConfigError(ending.message)
+        self.emit_quietly(ev.RunEnd(step=state.step, time=now_iso(), status=ending.status, answer=answer,
+                                    message=ending.message))
+        try:
+            result = self.save(state.status, ending.message, ending.exit_code)
+        except OSError:
+            result = self.result(state.status, ending.message, ending.exit_code)
+        record.close()
+        self.ui.run_ended(result)
+        return RunResult(run_id=record.run_id, status=state.status, answer=state.answer, exit_code=ending.exit_code,
+                         message=ending.message, steps=state.step, cost_usd=state.cost_usd, summary=result)
+
+    def check_limits(self) -> None:
+        state, settings = self.state, self.settings
+        if state.step >= settings.max_steps:
+            raise LimitReached(f"step limit reached ({settings.max_steps} steps). Continue with "
+                               f"`miniagi resume {self.record.run_id} --max-steps {settings.max_steps * 2}`")
+        self.check_cost()
+
+    def check_cost(self) -> None:
+        state, settings = self.state, self.settings
+        if settings.max_cost and state.cost_usd >= settings.max_cost:
+            raise LimitReached(f"cost limit reached (${state.cost_usd:.4f} of ${settings.max_cost:g}). Continue with "
+                               f"`miniagi resume {self.record.run_id} --max-cost {settings.max_cost * 2:g}`")
+
+    def think(self) -> Action | None:
+        """The model's next action (emitted), or None when its reply could not be used (the error is emitted)."""
+        number = self.state.step + 1
+        messages = self.context(number)
+        with self.ui.thinking(number):
+            completion = self.ask("agent", messages, number)
+        try:
+            if completion.finish_reason == "length":
+                raise FormatError(CUT_OFF, completion.text)
+            action = parse_reply(completion.text)
+            if action.command not in COMMANDS:
+                raise FormatError(f"{action.command!r} is not a command; the commands are: {', '.join(COMMANDS)}",
+                                  completion.text)
+        except FormatError as error:
+            self.emit(ev.FormatError(step=number, error=str(error), response=completion.text))
+            if self.state.format_errors_in_a_row >= MAX_FORMAT_ERRORS:
+                self.save("running")
+                raise TooManyFormatErrors(f"the model broke the reply format {MAX_FORMAT_ERRORS} times in a row "
+                                          f"(last problem: {error.problem})") from None
+            return None
+        self.emit(ev.Action(step=number, thought=action.thought, command=action.command, arg=action.arg))
+        return action
+
+    def context(self, number: int) -> list[dict]:
+        state = self.state
+        criticism = [f"A REVIEWER'S CRITICISM OF YOUR PROGRESS:\n{state.criticism}"] if state.criticism else []
+        context, folded = self.memory.context(system=self.agent.system, steps=state.steps, next_step=number,
+                                              notes=state.notes, alerts="\n\n".join(self.alerts + criticism))
+        self.alerts = []
+        if folded:
+            self.emit(ev.SummaryFolded(step=state.step, text=folded.text, through_step=folded.through_step))
+        if self.memory.last_recalled:
+            self.emit(ev.Recall(step=number, ids=self.memory.last_recalled))
+        if self.memory.failure:
+            self.ui.warn(f"vector memory disabled for this run: {self.memory.failure}")
+            self.emit(ev.Error(step=state.step, text=f"vector memory: {self.memory.failure}"))
+            self.memory.failure = ""
+        self.ui.debug_context(context.messages)
+        return context.messages
+
+    def act(self, action: Action) -> Outcome:
+        """Run the action's command (after approval); a failing command is an observation, never the end."""
+        command = COMMANDS[action.command]
+        if not action.arg.strip():
+            return Outcome(f"{command.name} needs an argument ({command.arg}); nothing was done.")
+        if command.needs_approval and not self.settings.yes:
+            if not self.ui.interactive:
+                return Outcome(f"Not run: {command.name} needs the user's approval, and no user is present. The user "
+                               "must start miniagi with -y (--yes) to let commands run unattended.")
+            approval = self.ui.approve(command.name, action.arg)
+            if not approval.run:
+                return Outcome(approval.observation)
+        try:
+            if command.name == "talk_to_user":  # waits for the person: no spinner over their prompt
+                return command(self.workspace, action.arg)
+            with self.ui.working(f"step {self.state.step}: {command.name} running"):
+                return command(self.workspace, action.arg)
+        except (Stop, KeyboardInterrupt, ModelUnavailable, ModelError, ConfigError):
+            raise
+        except Exception as exc:
+            return Outcome(f"{command.name} failed: {type(exc).__name__}: {exc}")
+
+    def observe(self, action: Action, outcome: Outcome) -> None:
+        """The outcome becomes the step's observation (emitted); its notes and memories are stored. A final answer
+        ends the run here, unless the critic sends it back."""
+        number = self.state.step
+        observation = outcome.observation if outcome.answer is None else self.final_review(outcome.answer)
+        if action.note:
+            observation = f"{observation}\n\n{action.note}"
+        observation = self.agent.redact(cap_text(observation, self.agent.budget.item_chars))
+        self.emit(ev.Observation(step=number, text=observation, notes=list(outcome.notes)))
+        notes = [self.memory.item("note", note, number, suffix=str(i) if i else "")
+                 for i, note in enumerate(outcome.notes)]
+        self.remember(self.memory.step_item(self.state.steps[-1]), *notes,
+                      *[self.memory.item(m.kind, m.text, number, suffix=m.key) for m in outcome.memories])
+
+    def critique(self) -> None:
+        """Loops are watched every step; the critic reviews every N steps, and at once when a loop starts."""
+        state = self.state
+        if state.repeats >= STOP_AFTER:
+            raise Stuck(f"stuck in a loop: {state.loops.kind}, {state.repeats} times in the last steps")
+        warning = ""
+        if state.repeats >= WARN_AFTER:
+            warning = state.loops.warning(state.repeats)
+            self.alerts.append(warning)
+            self.emit(ev.LoopWarning(step=state.step, repeats=state.repeats, text=warning, kind=state.loops.kind))
+        if self.settings.critic and (warning or state.step % self.settings.critic_every == 0):
+            messages = critic.review_messages(state.objective, state.summary.text, state.steps, warning,
+                                              self.agent.critic_counter, self.agent.budget.context)
+            with self.ui.thinking(state.step):
+                text = self.ask("critic", messages, state.step).text.strip()
+            self.emit(ev.CriticReview(step=state.step, text=text, loop=bool(warning)))
+
+    def final_review(self, answer: str) -> str:
+        """With the critic on, a final answer is checked before the run ends. Raises Submitted when it is accepted;
+        returns the observation that sends a rejected one back."""
+        state = self.state
+        if not self.settings.critic or state.rejections >= critic.MAX_REJECTIONS:
+            raise Submitted(answer)
+        messages = critic.final_messages(state.objective, state.summary.text, state.steps, answer,
+                                         self.agent.critic_counter, self.agent.budget.context)
+        with self.ui.thinking(state.step):
+            reply = self.ask("critic", messages, state.step).text
+        accepted, reason = critic.verdict(reply)
+        self.emit(ev.CriticVerdict(step=state.step, accepted=accepted, text=reply.strip()))
+        if accepted:
+            raise Submitted(answer)
+        return (f"Your final answer was reviewed and REJECTED: {reason}\nAddress this, then finish with done and "
+                f"the corrected, complete answer.")
+
+    # --- the model, memory and the run's files ---------------------------------------------------------------------
+    def ask(self, role: str, messages: list[dict], step: int) -> Completion:
+        """Every model call of the run goes through here: the cost limit is checked first (also for the many
+        calls inside one process_data or summary), and no secret passes into the request."""
+        self.check_cost()
+        model = self.settings.model_for(role)
+        messages = self.agent.redact.messages(messages)
+        # the agent's reply is capped and stopped where a rambling model would go on to invent the observation
+        limits = {"max_tokens": self.settings.max_reply_tokens, "stop": STOP_SEQUENCES} if role == "agent" else {}
+        completion = self.agent.model.complete(messages, model=model, role=role, **limits)
+        saved = self.agent.prices.saved(model, completion.cached_tokens)
+        self.emit(ev.ModelCall(step=step, role=role, model=model, response=completion.text,
+                               prompt_tokens=completion.prompt_tokens, completion_tokens=completion.completion_tokens,
+                               cached_tokens=completion.cached_tokens, cost_usd=completion.cost_usd,
+                               saved_usd=round(saved, 8), latency_s=round(completion.latency_s, 4),
+                               finish_reason=completion.finish_reason,
+                               messages=messages if self.settings.debug else None))
+        return completion
+
+    def summarize(self, prompt: str) -> str:
+        return self.ask("summarizer", [{"role": "user", "content": prompt}], self.state.step).text
+
+    def remember(self, *items) -> None:
+        """Vector memory helps but is not essential: if it fails, the run goes on without it."""
+        if self.memory.store is None:
+            return
+        try:
+            self.memory.remember(*items)
+        except Exception as exc:  # chromadb or the embedder failing must not end the run
+            self.ui.warn(f"vector memory disabled for this run: {type(exc).__name__}: {exc}")
+            self.emit(ev.Error(step=self.state.step, text=f"vector memory: {exc}"))
+            self.memory.store = None
+
+    def flush_memory(self) -> None:
+        """The run's last memories reach the store before it ends (they are written in the background)."""
+        try:
+            self.memory.flush()
+        except Exception as exc:
+            self.ui.warn(f"some memories of this run could not be stored: {type(exc).__name__}: {exc}")
+
+    def report_isolation(self) -> None:
+        """Executed code runs in a namespace of its own where the platform allows; where not, say so, once."""
+        sandbox = self.workspace.sandbox
+        self.isolation = "namespace" if sandbox.isolated else f"none: {sandbox.reason}"
+        if not sandbox.isolated:
+            self.ui.warn(f"executed code is NOT isolated from the agent's process: {sandbox.reason}. It can see the "
+                         "agent's process in /proc and signal it.")
+        self.emit(ev.Isolation(step=self.state.step, isolated=sandbox.isolated, reason=sandbox.reason))
+
+    def save(self, status: str, message: str = "", exit_code: int | None = None) -> dict:
+        result = self.result(status, message, exit_code)
+        self.record.write_result(result)
+        return result
+
+    def result(self, status: str, message: str, exit_code: int | None) -> dict:
+        state = self.state
+        return {"run_id": self.record.run_id, "objective": state.objective, "status": status,
+                "answer": state.answer, "steps": state.step, "llm_calls": state.llm_calls,
+                "prompt_tokens": state.prompt_tokens, "completion_tokens": state.completion_tokens,
+                "cached_prompt_tokens": state.cached_prompt_tokens, "cost_saved_usd": round(state.saved_usd, 6),
+                "cost_usd": round(state.cost_usd, 6), "started_at": state.started_at,
+                "ended_at": None if status == "running" else now_iso(), "model": self.settings.model,
+                "exit_code": exit_code, "message": message, "code_isolation": self.isolation, **process_identity()}
+
+
+def _raise_on_sigterm():
+    """SIGTERM ends a run the way Ctrl-C does: state saved, exit 130. Returns the undo."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    return lambda: signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,96 @@
+"""What commands act on, for one run: the work directory, the Python session, the shell, the person, the web,
+sources, the document shelf and the summarizer model (the `Workspace` protocol of commands.py)."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Callable, Mapping
+
+from memory.budget import Budget
+from memory.run_memory import RunMemory
+from memory.tokens import TokenCounter
+
+from .containment import Containment, Limits
+from .execution import PythonSession, run_shell
+from .sandbox import Sandbox
+from .secrets import child_environment
+from .sources import Document, read_source
+from .websearch import SearchBackend, SearchResult, search
+
+
+class MemoryShelf:
+    """Ingested documents in the run's vector memory: one id per source and part, so ingesting again replaces."""
+
+    def __init__(self, memory: RunMemory):
+        self.memory = memory
+
+    def forget(self, source: str) -> int:
+        return self.memory.store.delete({"source": source})
+
+    def store(self, source: str, label: str, parts: list[str], start: int, total: int) -> None:
+        prefix = f"doc:{hashlib.sha1(source.encode()).hexdigest()[:16]}"
+        self.memory.store.add([self.memory.document_item(f"{prefix}:{i}", f"{label} [part {i + 1}/{total}]\n{part}",
+                                                         source, i)
+                               for i, part in enumerate(parts, start=start)])
+
+
+class RunWorkspace:
+    def __init__(self, settings, *, ui, environ: Mapping[str, str], memory: RunMemory, budget: Budget,
+                 search_backend: SearchBackend, summarize: Callable[[str], str], counter: TokenCounter):
+        self.settings = settings
+        self.ui = ui
+        self.workdir: Path = settings.workdir_path
+        # the working directory is the code's home: caches and dotfiles it writes stay with the work
+        self.env = dict(child_environment(environ, settings.pass_env), HOME=str(self.workdir))
+        self.containment = Containment(Limits(memory_mb=settings.exec_memory, cpu_s=settings.exec_timeout or 3600))
+        self.sandbox = Sandbox(self.containment.cgroup_procs, path=environ.get("PATH"))
+        self.max_chars = budget.item_chars
+        self.memory = memory
+        self.search_backend = search_backend
+        self.summarize = summarize
+        self.counter = counter
+        self.chunk_budget = budget.summarizer_chunk
+        self.answer_tokens = budget.answer
+        self.last_search: list[SearchResult] = []
+        self._python: PythonSession | None = None
+
+    @property
+    def documents(self) -> MemoryShelf | None:
+        return MemoryShelf(self.memory) if self.memory.store is not None else None
+
+    @property
+    def python(self) -> PythonSession:
+        if self._python is None:
+            self._python = PythonSession(self.workdir, self.env, self.settings.exec_timeout, self.max_chars,
+                                         self.containment, self.sandbox)
+        return self._python
+
+    def run_python(self, code: str) -> str:
+        return self.python.run(code).observation()
+
+    def run_shell(self, command_line: str) -> str:
+        return run_shell(command_line, self.workdir, self.env, self.settings.exec_timeout, self.max_chars,
+                         self.containment, self.sandbox).observation()
+
+    def ask_user(self, message: str) -> str:
+        if not self.ui.interactive:
+            return ("No user is present: this run is unattended. Decide for yourself with what you have and go on; "
+                    "do not ask again.")
+        reply = self.ui.ask_user(message).strip()
+        return f"The user replied: {reply}" if reply else "The user gave no reply."
+
+    def search(self, query: str, max_results: int) -> list[SearchResult]:
+        return search(self.search_backend, query, max_results)
+
+    def read(self, source: str) -> Document:
+        return read_source(source, self.workdir, self.settings.read_timeout)
+
+    def progress(self, text: str) -> None:
+        self.ui.progress(text)
+
+    def close(self) -> None:
+        if self._python is not None:
+            self._python.close()
+        self.sandbox.close()
+        self.containment.close()
