@@ -227,8 +227,8 @@ class VectorMemory:
         try:
             found = self.collection.query(query_embeddings=vectors, n_results=limit, where=where,
                                           include=["documents", "metadatas", "distances"])
-        except Exception as exc:  # an empty collection, in some chromadb versions
-            if "0" in str(exc) or "empty" in str(exc).lower():
+        except Exception:
+            if self.collection.count() == 0:  # older chromadb versions raise on an empty collection
                 return []
             raise
         hits = {}

@@ -43,15 +43,10 @@ class Limits:
 
 
 def _user_process_count() -> int:
+    import psutil
+
     uid = os.getuid()
-    count = 0
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            if entry.stat().st_uid == uid:
-                count += 1
-        except OSError:
-            continue
-    return count
+    return sum(1 for process in psutil.process_iter(["uids"]) if process.info["uids"] and process.info["uids"].real == uid)
 
 
 def _cgroup_roots() -> list[Path]:

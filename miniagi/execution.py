@@ -73,23 +73,37 @@ def kill_process_group(pgid: int, sig: int = signal.SIGKILL) -> None:
 
 
 def _live_members(pgid: int) -> bool:
-    return any(_in_group(entry, pgid, live_only=True) for entry in Path("/proc").iterdir() if entry.name.isdigit())
+    return bool(group_members(pgid, live_only=True))
+
+
+def group_members(pgid: int, spare: set[int] = frozenset(), live_only: bool = False) -> list[int]:
+    """The processes of a group but the spared ones (with live_only, not the zombies)."""
+    import psutil
+
+    members = []
+    for pid in psutil.pids():
+        if pid in spare:
+            continue
+        try:
+            if os.getpgid(pid) != pgid:
+                continue
+            if live_only and psutil.Process(pid).status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
+                continue
+        except (OSError, psutil.Error):  # gone meanwhile
+            continue
+        members.append(pid)
+    return members
 
 
 def kill_group_members(pgid: int, spare: set[int]) -> int:
     """SIGKILL every process of a group but the spared ones until none is left (a fork bomb refills the group
-    while we kill). Linux /proc; returns how many were killed."""
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return 0
+    while we kill); returns how many were killed."""
     killed = 0
     for _ in range(50):
         found = 0
-        for entry in proc.iterdir():
-            if not entry.name.isdigit() or int(entry.name) in spare or not _in_group(entry, pgid, live_only=True):
-                continue
+        for pid in group_members(pgid, spare, live_only=True):
             try:
-                os.kill(int(entry.name), signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
                 found += 1
             except OSError:
                 continue
@@ -100,23 +114,10 @@ def kill_group_members(pgid: int, spare: set[int]) -> int:
 
 
 def wait_group_empty(pgid: int, spare: set[int], timeout_s: float = 3.0) -> None:
-    """Until the killed members of a group are gone from /proc (reaped), so their process slots are free."""
+    """Until the killed members of a group are gone (reaped), so their process slots are free."""
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if not any(_in_group(entry, pgid) for entry in Path("/proc").iterdir()
-                   if entry.name.isdigit() and int(entry.name) not in spare):
-            return
+    while time.monotonic() < deadline and group_members(pgid, spare):
         time.sleep(0.02)
-
-
-def _in_group(entry: Path, pgid: int, live_only: bool = False) -> bool:
-    """Whether /proc/PID belongs to process group pgid (with live_only, and is not a zombie)."""
-    try:
-        stat = (entry / "stat").read_text()
-        fields = stat[stat.rindex(")") + 2:].split()
-        return int(fields[2]) == pgid and not (live_only and fields[0] in ("Z", "X"))
-    except (OSError, ValueError, IndexError):
-        return False
 
 
 class WorkerStartFailed(Exception):

@@ -87,13 +87,12 @@ class Sandbox:
 
 
 def _children(pid: int) -> list[int]:
-    found: list[int] = []
+    import psutil
+
     try:
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            found.extend(int(p) for p in (task / "children").read_text().split())
-    except (OSError, ValueError):
-        pass
-    return found
+        return [child.pid for child in psutil.Process(pid).children()]
+    except psutil.Error:
+        return []
 
 
 def _inner_pid(pid: int) -> int | None:
