@@ -21,6 +21,7 @@ from . import events as ev
 from .config import ConfigError, Settings, read_dotenv
 from .model import Model, PriceTable
 from .prompts import system_prompt
+from .protocols import PROTOCOLS
 from .run import Run, RunResult
 from .runs import RunStore, now_iso
 from .secrets import Redactor
@@ -60,9 +61,10 @@ class Agent:
         self.counter = counter_for(settings.model)
         self.critic_counter = counter_for(settings.model_for("critic"))
         self.summarizer_counter = counter_for(settings.model_for("summarizer"))
-        self.contexts = ContextBuilder(self.counter, self.budget)
+        self.protocol = PROTOCOLS[settings.protocol]
+        self.contexts = ContextBuilder(self.counter, self.budget, render_step=self.protocol.render)
         self.vectors = open_vector_memory(settings, self.environ, model, self.redact)
-        self.system = system_prompt(str(settings.workdir_path))
+        self.system = system_prompt(str(settings.workdir_path), settings.protocol)
 
     # --- starting and resuming -------------------------------------------------------------------------------
     def run(self, objective: str, origin: dict | None = None) -> RunResult:

@@ -1,6 +1,6 @@
 """The commands the model can use: plain functions registered in one table.
 
-The system prompt's command list is generated from COMMANDS, so adding a command is writing one function. A command
+The system prompt's command list (and the tools protocol's tool schemas) is generated from COMMANDS, so adding a command is writing one function. A command
 acts through the narrow `Workspace` protocol below (never on the agent itself) and returns its observation as text,
 or an `Outcome` when it also leaves notes, memories or the final answer, which the loop applies.
 """
@@ -107,10 +107,6 @@ def command(name: str, arg: str, doc: str, needs_approval: bool = False):
     return register
 
 
-def describe_commands() -> str:
-    return "\n".join(f"- {c.name}: {c.doc} Argument: {c.arg}." for c in COMMANDS.values())
-
-
 def code_commands() -> frozenset[str]:
     """Commands whose argument is code run on the user's machine."""
     return frozenset(c.name for c in COMMANDS.values() if c.needs_approval)
@@ -176,14 +172,14 @@ def _source_spec(workspace: Workspace, spec: str) -> str:
 @command("ingest_data", "a file path or http(s) URL (or the number of a web_search result)",
          "Read a file (text, Markdown, CSV, JSON, HTML, code, PDF) or web page into your long-term memory, where "
          "later steps recall the parts they need. You get a short summary and how much was stored.")
-def ingest_data(workspace: Workspace, spec: str) -> str:
+def ingest_data(workspace: Workspace, source: str) -> str:
     from memory.condense import condense, split_by_tokens
 
     shelf = workspace.documents
     if shelf is None:
         return ("ingest_data stores into vector memory, which is off for this run (--memory-scope off). Use "
                 "process_data QUESTION|SOURCE to ask about the source instead.")
-    source = _source_spec(workspace, spec)
+    source = _source_spec(workspace, source)
     try:
         document = workspace.read(source)
     except SourceError as exc:
@@ -243,11 +239,11 @@ def _looks_like_source(workspace: Workspace, text: str) -> bool:
          "each after a |)",
          "Answer a question over the WHOLE of a file or web page, however long: every part is read, so nothing on "
          "page 40 is missed. You get the answer.")
-def process_data(workspace: Workspace, arg: str) -> str:
+def process_data(workspace: Workspace, request: str) -> str:
     from memory.condense import QUESTION_MERGE_PROMPT, answer_over
 
     try:
-        prompt, sources = split_process_argument(workspace, arg)
+        prompt, sources = split_process_argument(workspace, request)
     except SourceError as exc:
         return str(exc)
     answers, problems = [], []

@@ -65,6 +65,20 @@ def parse_memory_scope(text: str) -> str:
     return value
 
 
+def parse_protocol(text: str) -> str:
+    value = str(text).strip().lower()
+    if value not in PROTOCOLS:
+        raise ValueError(f"{text!r} is not one of {', '.join(PROTOCOLS)}")
+    return value
+
+
+def parse_temperature(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 2:
+        raise ValueError(f"{text!r} is not between 0 and 2")
+    return value
+
+
 def parse_names(text: str) -> tuple[str, ...]:
     names = tuple(dict.fromkeys(n.strip() for n in str(text).split(",") if n.strip()))
     bad = [n for n in names if not n.replace("_", "a").isalnum() or n[0].isdigit()]
@@ -78,6 +92,9 @@ def parse_text(text: str) -> str:
     if not value:
         raise ValueError("must not be empty")
     return value
+
+
+PROTOCOLS = ("tags", "tools", "json")  # how replies carry actions: see miniagi/protocols.py
 
 
 @dataclass(frozen=True)
@@ -108,6 +125,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("model", parse_text, "model for the agent's actions", aliases=("MODEL",), metavar="M"),
     Option("summarizer_model", parse_text, "model for summaries and process_data (default: the agent's model)",
            aliases=("SUMMARIZER_MODEL",), metavar="M"),
+    Option("protocol", parse_protocol, "how the model states its action: tags (<r>…</r><c>…</c>, any model), tools "
+           "(native tool calls) or json (one JSON object, constrained where the endpoint can)", metavar="P"),
+    Option("temperature", parse_temperature, "sampling temperature sent with every request (0-2)", metavar="T"),
     Option("critic", parse_bool, "enable the critic pass", aliases=("ENABLE_CRITIC",), boolean=True),
     Option("critic_model", parse_text, "model for the critic (default: the agent's model)", metavar="M"),
     Option("critic_every", parse_positive_int, "run the critic every N steps (and whenever a loop is detected)",
@@ -154,6 +174,8 @@ OPTIONS_BY_NAME = {option.name: option for option in OPTIONS}
 class Settings:
     model: str = "gpt-4o-mini"
     summarizer_model: str | None = None
+    protocol: str = "tags"
+    temperature: float = 0.2
     critic: bool = False
     critic_model: str | None = None
     critic_every: int = 5

@@ -71,6 +71,7 @@ class ModelCall(Event):
     saved_usd: float = 0.0
     latency_s: float = 0.0
     finish_reason: str | None = None
+    tool_calls: list | None = optional()  # native tool calls of the reply (--protocol tools): {id, name, arguments}
     messages: list | None = optional()  # the request, with --debug
 
 

@@ -8,14 +8,31 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Protocol, Union
+from typing import Any, Callable, Iterable, Protocol, Union
 
 from .config import ConfigError, Endpoint
 
-Message = dict  # {"role": "system" | "user" | "assistant", "content": str}
+Message = dict  # {"role": "system" | "user" | "assistant" | "tool", "content": str, …}
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One native tool call of a reply: its id, the function's name and its arguments as the model wrote them."""
+
+    id: str
+    name: str
+    arguments: str
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "name": self.name, "arguments": self.arguments}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "ToolCall":
+        return cls(str(data.get("id", "")), str(data.get("name", "")), str(data.get("arguments", "")))
 
 
 @dataclass(frozen=True)
@@ -28,13 +45,15 @@ class Completion:
     latency_s: float
     finish_reason: str = "stop"  # "length": the reply was cut off at the token limit
     cached_tokens: int = 0  # prompt tokens the endpoint served from its prefix cache
+    tool_calls: tuple[ToolCall, ...] = ()
 
 
 class Model(Protocol):
     def complete(self, messages: list[Message], *, model: str, role: str = "agent", max_tokens: int | None = None,
-                 stop: list[str] | None = None) -> Completion:
+                 stop: list[str] | None = None, **request: Any) -> Completion:
         """One chat completion; `role` (agent | summarizer | critic) says who is asking; `max_tokens` caps the
-        reply and `stop` ends it early."""
+        reply and `stop` ends it early. `request` holds what the protocol adds: `tools`, `response_format` (a
+        list of formats, most wanted first: the first the endpoint takes is used) and `temperature`."""
 
 
 class ModelUnavailable(Exception):
@@ -120,10 +139,11 @@ def load_prices(path: str) -> dict[str, tuple[float, float, float]]:
 
 
 def _count_prompt_tokens(messages: list[Message], model: str) -> int:
+    from memory.context import message_text
     from memory.tokens import counter_for
 
     counter = counter_for(model)
-    return sum(counter.count(m.get("content") or "") + 4 for m in messages)
+    return sum(counter.count(message_text(m)) + 4 for m in messages)
 
 
 class OpenAIModel:
@@ -169,23 +189,50 @@ class OpenAIModel:
                               f"running OpenAI-compatible server, or check the network") from None
 
     def complete(self, messages: list[Message], *, model: str, role: str = "agent", max_tokens: int | None = None,
-                 stop: list[str] | None = None) -> Completion:
-
+                 stop: list[str] | None = None, tools: list[dict] | None = None,
+                 response_format: list[dict] | None = None, temperature: float | None = None) -> Completion:
         while True:
-            options = self._options(model, max_tokens, stop)
+            options = self._options(model, max_tokens, stop, temperature)
+            refused = self._refused.get(model, set())
+            formats = [f for f in response_format or () if format_name(f) not in refused]
+            if formats:
+                options["response_format"] = formats[0]
+            if tools:
+                options["tools"] = tools
             try:
                 return self._complete(messages, model, options)
             except ModelError as error:
-                # a parameter this endpoint does not take (o-series models want max_completion_tokens and take
-                # no stop; some local servers reject either): remember that, and ask again without it
-                refused = [name for name in options if name in str(error)]
-                if not refused:
-                    raise
-                self._refused.setdefault(model, set()).update(refused)
-                if self.on_retry is not None:
-                    self.on_retry(f"the endpoint does not take {', '.join(refused)} for {model}: asking without it")
+                self._refusal(model, options, formats, str(error))
 
-    def _options(self, model: str, max_tokens: int | None, stop: list[str] | None) -> dict:
+    def _refusal(self, model: str, options: dict, formats: list[dict], error: str) -> None:
+        """Learn from a request the endpoint refused what to leave out next time; re-raise when nothing can be.
+        A response_format it refuses is replaced by the next one wanted (in the end by plain text); a parameter it
+        names (o-series models want max_completion_tokens and take no stop or temperature; some local servers
+        reject either) is left out."""
+        refused = self._refused.setdefault(model, set())
+        named = [name for name in options if name not in ("tools", "response_format")
+                 and re.search(rf"\b{name}\b", error)]
+        if named:
+            refused.update(named)
+            self._tell(f"the endpoint does not take {', '.join(named)} for {model}: asking without it")
+            return
+        if "response_format" in options:
+            refused.add(format_name(formats[0]))
+            following = format_name(formats[1]) if len(formats) > 1 else "plain text"
+            self._tell(f"the endpoint does not take response_format {format_name(formats[0])} for {model} "
+                       f"({error[:120]}): asking with {following}")
+            return
+        if "tools" in options and re.search(r"\btools?\b|tool_choice|function", error, re.I):
+            raise ModelRejected(f"the endpoint does not take tool calls for {model} ({error[:200]}): use "
+                                "--protocol json or --protocol tags") from None
+        raise ModelError(error) from None
+
+    def _tell(self, text: str) -> None:
+        if self.on_retry is not None:
+            self.on_retry(text)
+
+    def _options(self, model: str, max_tokens: int | None, stop: list[str] | None,
+                 temperature: float | None = None) -> dict:
         refused = self._refused.get(model, set())
         options: dict = {}
         if max_tokens:
@@ -195,13 +242,15 @@ class OpenAIModel:
                 options["max_completion_tokens"] = max_tokens
         if stop and "stop" not in refused:
             options["stop"] = stop[:4]  # OpenAI takes at most four
+        if temperature is not None and "temperature" not in refused:
+            options["temperature"] = temperature
         return options
 
     def _complete(self, messages: list[Message], model: str, options: dict) -> Completion:
         import openai
 
         where = self.endpoint.base_url or "the OpenAI API"
-        problem, timeouts, attempts = "", 0, 0
+        problem, timeouts, attempts, last_failure = "", 0, 0, None
         for attempt in range(self.retries + 1):
             attempts += 1
             started = time.monotonic()
@@ -224,11 +273,18 @@ class OpenAIModel:
                 timeouts += 1
                 if timeouts > self.timeout_retries:
                     break
-            except (openai.APIConnectionError, openai.RateLimitError, openai.InternalServerError) as exc:
+            except (openai.APIConnectionError, openai.RateLimitError) as exc:
                 problem, error = _describe(exc, where), exc
             except openai.APIStatusError as exc:
+                failure = (exc.status_code, _error_text(exc))
                 if exc.status_code not in (408, 409) and exc.status_code < 500:
-                    raise ModelError(f"the endpoint answered {exc.status_code}: {_error_text(exc)}") from None
+                    raise ModelError(f"the endpoint answered {exc.status_code}: {failure[1]}") from None
+                if failure == last_failure and exc.status_code not in (502, 503, 504):
+                    # the same server error twice ("Conversation roles must alternate"): it is the request, not
+                    # the server's state, and retrying will not change it
+                    raise ModelError(f"the endpoint answered {exc.status_code} twice with the same error: "
+                                     f"{failure[1]}") from None
+                last_failure = failure
                 problem, error = _describe(exc, where), exc
             except (BadResponse, ValueError, UnicodeDecodeError) as exc:  # a 200 whose body is not JSON / UTF-8
                 problem, error = (str(exc) if isinstance(exc, BadResponse) else
@@ -254,10 +310,14 @@ class OpenAIModel:
             prompt_tokens = _count_prompt_tokens(messages, model)
             completion_tokens = counter_for(model).count(text)
         cached = cached_prompt_tokens(response)
+        calls = tuple(ToolCall(call.id or f"call_{i}", call.function.name or "", call.function.arguments or "")
+                      for i, call in enumerate((choice.message.tool_calls if choice and choice.message else None) or ())
+                      if getattr(call, "function", None) is not None)
         return Completion(text=text, model=response.model or model, prompt_tokens=prompt_tokens,
                           completion_tokens=completion_tokens,
                           cost_usd=self.prices.cost(model, prompt_tokens, completion_tokens, cached), latency_s=latency,
-                          finish_reason=(choice.finish_reason if choice else None) or "stop", cached_tokens=cached)
+                          finish_reason=(choice.finish_reason if choice else None) or "stop", cached_tokens=cached,
+                          tool_calls=calls)
 
     def _delay(self, attempt: int, exc: Exception) -> float:
         """The server's Retry-After when it gives one (capped), else exponential backoff with jitter."""
@@ -271,6 +331,12 @@ class OpenAIModel:
                 except ValueError:
                     pass
         return self.backoff_s * (2 ** attempt) * (0.75 + random.random() / 2)
+
+
+def format_name(response_format: dict) -> str:
+    """json_schema, json_object+schema (llama.cpp's own way to constrain) or json_object."""
+    kind = str(response_format.get("type", "?"))
+    return kind + ("+schema" if "schema" in response_format else "")
 
 
 def cached_prompt_tokens(response) -> int:
@@ -321,7 +387,8 @@ class ScriptExhausted(ModelUnavailable):
 
 
 class ScriptedModel:
-    """Answers from a list, in order: a string, an exception to raise, or a function of the messages.
+    """Answers from a list, in order: a string, a Completion (with tool calls), an exception to raise, or a function
+    of the messages.
 
     Used by tests, by `miniagi replay` and for trying the agent with no API key.
     """
@@ -332,17 +399,20 @@ class ScriptedModel:
         self.calls: list[list[Message]] = []
 
     def complete(self, messages: list[Message], *, model: str, role: str = "agent", max_tokens: int | None = None,
-                 stop: list[str] | None = None) -> Completion:
+                 stop: list[str] | None = None, **request: Any) -> Completion:
         if len(self.calls) >= len(self.replies):
             raise ScriptExhausted(f"the scripted model has no reply left for call {len(self.calls) + 1}")
         reply = self.replies[len(self.calls)]
         self.calls.append(messages)
         if isinstance(reply, Exception):
             raise reply
+        if isinstance(reply, Completion):
+            return reply
         return local_completion(messages, model, reply(messages) if callable(reply) else reply, self.prices)
 
 
-def local_completion(messages: list[Message], model: str, text: str, prices: PriceTable | None = None) -> Completion:
+def local_completion(messages: list[Message], model: str, text: str, prices: PriceTable | None = None,
+                     tool_calls: tuple[ToolCall, ...] = ()) -> Completion:
     """A completion made here rather than by an endpoint (scripted, replayed): tokens counted as the model would,
     priced by the table when one is given, else free."""
     from memory.tokens import counter_for
@@ -351,4 +421,4 @@ def local_completion(messages: list[Message], model: str, text: str, prices: Pri
     completion_tokens = counter_for(model).count(text)
     cost = prices.cost(model, prompt_tokens, completion_tokens) if prices else 0.0
     return Completion(text=text, model=model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                      cost_usd=cost, latency_s=0.0)
+                      cost_usd=cost, latency_s=0.0, tool_calls=tool_calls)

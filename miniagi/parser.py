@@ -29,20 +29,20 @@ class Action:
     note: str = ""  # something the model should be told about how its reply was read
 
 
-class FormatError(Exception):
-    """A reply that holds no usable action. str(error) is the observation the model gets."""
+# a filled-in action, not a placeholder a model could copy as a command, and not a plausible first step
+EXAMPLE = "<r>I want to know which Python version is installed.</r><c>execute_shell</c>\npython3 --version"
+HOW = ("Reply with exactly one action: your reasoning in <r>…</r>, a command name in <c>…</c>, then its argument. "
+       f"For example:\n{EXAMPLE}")
 
-    def __init__(self, problem: str, reply: str):
+
+class FormatError(Exception):
+    """A reply that holds no usable action. str(error) is the observation the model gets: the problem and how to
+    reply (the reply itself is in the context already: it is not quoted back)."""
+
+    def __init__(self, problem: str, reply: str, how: str = HOW):
         self.problem = problem
         self.reply = reply
-        quoted = reply.strip()
-        if len(quoted) > 300:
-            quoted = quoted[:300] + " …"
-        super().__init__(
-            f"Your reply could not be used: {problem}.\n"
-            f"Your reply began: {quoted!r}\n"
-            f"Answer with exactly one action, in this form:\n{FORMAT}"
-        )
+        super().__init__(f"Your reply could not be used: {problem}.\n{how}")
 
 
 def parse_reply(reply: str) -> Action:
@@ -60,8 +60,16 @@ def parse_reply(reply: str) -> Action:
         raise FormatError(problem, reply)
 
     before, rest = text[:found.start()], text[found.end():]
+    line_before = before.rsplit("\n", 1)[-1].rstrip()
+    line_after = rest.split("\n", 1)[0].strip()
+    if line_before and line_after and line_before[-1] not in ">:" and "<r>" not in before.lower():
+        raise FormatError("the <c>…</c> tag was inside a sentence, so it is unclear what to run. Put the command "
+                          "tag after your reasoning and the argument after the tag", reply)
     thought_match = _THOUGHT.search(before)
     thought = (thought_match.group("thought") if thought_match else _STRAY_TAGS.sub("", before)).strip()
+    reversed_thought = re.match(r"\s*<r>(?P<thought>.*?)</r>", rest, re.S | re.I)
+    if reversed_thought and not thought:  # <c>command</c><r>thought</r>argument
+        thought, rest = reversed_thought.group("thought").strip(), rest[reversed_thought.end():]
 
     note = ""
     following = _NEXT_ACTION.search(rest)

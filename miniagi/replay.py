@@ -11,29 +11,41 @@ from pathlib import Path
 from . import events as ev
 from .commands import COMMANDS
 from .config import ConfigError, Settings
-from .model import Completion, ScriptExhausted, local_completion
+from .model import Completion, ScriptExhausted, ToolCall, local_completion
 from .runs import RunRecord, RunStore
 
 
 class ReplayModel:
     """Answers each role's calls with that role's recorded responses, in order; never touches the network."""
 
-    def __init__(self, responses: dict[str, list[str]]):
+    def __init__(self, responses: dict[str, list[Response]]):
         self.queues = {role: deque(texts) for role, texts in responses.items()}
         self.calls = 0
 
     def complete(self, messages: list[dict], *, model: str, role: str = "agent", max_tokens: int | None = None,
-                 stop: list[str] | None = None) -> Completion:
+                 stop: list[str] | None = None, **request) -> Completion:
         queue = self.queues.get(role)
         if not queue:
             if role == "agent":
                 raise ScriptExhausted("the recording has no more agent responses: the replay went further than "
                                       "the recorded run")
-            text = f"(replay: no recorded {role} response)"  # only the agent's replies steer the run
+            response = Response(f"(replay: no recorded {role} response)")  # only the agent's replies steer the run
         else:
-            text = queue.popleft()
+            response = queue.popleft()
         self.calls += 1
-        return local_completion(messages, model, text)
+        return local_completion(messages, model, response.text, tool_calls=response.tool_calls)
+
+
+@dataclass(frozen=True)
+class Response:
+    """A recorded reply: its text and, with --protocol tools, its tool calls."""
+
+    text: str
+    tool_calls: tuple[ToolCall, ...] = ()
+
+    @classmethod
+    def of(cls, event: ev.ModelCall) -> "Response":
+        return cls(event.response, tuple(ToolCall.from_json(call) for call in event.tool_calls or ()))
 
 
 @dataclass
@@ -41,7 +53,7 @@ class Recording:
     run_id: str
     objective: str
     settings: dict
-    responses: dict[str, list[str]]
+    responses: dict[str, list[Response]]
     observations: dict[int, str]  # step → what the step produced (an observation or a format error)
     commands: dict[int, str]
     status: str | None
@@ -52,14 +64,14 @@ class Recording:
         start = next((e for e in typed if isinstance(e, ev.RunStart)), None)
         if start is None:
             raise ConfigError(f"{name} holds no run_start event: it is not a miniagi trace")
-        agent_calls: dict[int, str] = {}  # a step cut off and taken again keeps its last reply
-        others: dict[str, list[str]] = {}
+        agent_calls: dict[int, Response] = {}  # a step cut off and taken again keeps its last reply
+        others: dict[str, list[Response]] = {}
         observations, commands, status = {}, {}, None
         for event in typed:
             if isinstance(event, ev.ModelCall) and event.role == "agent":
-                agent_calls[event.step] = event.response
+                agent_calls[event.step] = Response.of(event)
             elif isinstance(event, ev.ModelCall):
-                others.setdefault(event.role, []).append(event.response)
+                others.setdefault(event.role, []).append(Response.of(event))
             elif isinstance(event, ev.Observation):
                 observations[event.step] = event.text
             elif isinstance(event, ev.FormatError):

@@ -24,7 +24,8 @@ from .config import ConfigError
 from .execution import cap_text
 from .loops import STOP_AFTER, WARN_AFTER
 from .model import Completion, ModelError, ModelUnavailable
-from .parser import Action, FormatError, parse_reply
+from .parser import Action, FormatError
+from .protocols import one_command_line
 from .runs import RunRecord, now_iso, process_identity
 from .state import RunState
 from .stops import EXIT_CODES, Ending, LimitReached, Stop, Stuck, Submitted, TooManyFormatErrors, ending_for
@@ -144,20 +145,21 @@ class Run:
         messages = self.context(number)
         with self.ui.thinking(number):
             completion = self.ask("agent", messages, number)
+        protocol = self.agent.protocol
         try:
             if completion.finish_reason == "length":
-                raise FormatError(CUT_OFF, completion.text)
-            action = parse_reply(completion.text)
-            if action.command not in COMMANDS:
-                raise FormatError(f"{action.command!r} is not a command; the commands are: {', '.join(COMMANDS)}",
-                                  completion.text)
+                raise FormatError(CUT_OFF, completion.text, protocol.how)
+            action = protocol.read(completion)
         except FormatError as error:
-            self.emit(ev.FormatError(step=number, error=str(error), response=completion.text))
+            self.emit(ev.FormatError(step=number, error=str(error), response=protocol.raw_reply(completion)))
             if self.state.format_errors_in_a_row >= MAX_FORMAT_ERRORS:
                 self.save("running")
                 raise TooManyFormatErrors(f"the model broke the reply format {MAX_FORMAT_ERRORS} times in a row "
                                           f"(last problem: {error.problem})") from None
             return None
+        arg, dropped = one_command_line(action.command, action.arg)
+        if dropped:
+            action = Action(action.thought, action.command, arg, "\n\n".join(filter(None, [action.note, dropped])))
         self.emit(ev.Action(step=number, thought=action.thought, command=action.command, arg=action.arg))
         return action
 
@@ -255,15 +257,19 @@ class Run:
         self.check_cost()
         model = self.settings.model_for(role)
         messages = self.agent.redact.messages(messages)
-        # the agent's reply is capped and stopped where a rambling model would go on to invent the observation
-        limits = {"max_tokens": self.settings.max_reply_tokens, "stop": STOP_SEQUENCES} if role == "agent" else {}
-        completion = self.agent.model.complete(messages, model=model, role=role, **limits)
+        request: dict = {"temperature": self.settings.temperature}
+        if role == "agent":  # capped, stopped where a rambling model would go on to invent the observation
+            request.update(self.agent.protocol.request(), max_tokens=self.settings.max_reply_tokens)
+            if self.agent.protocol.name != "tools":
+                request["stop"] = STOP_SEQUENCES
+        completion = self.agent.model.complete(messages, model=model, role=role, **request)
         saved = self.agent.prices.saved(model, completion.cached_tokens)
         self.emit(ev.ModelCall(step=step, role=role, model=model, response=completion.text,
                                prompt_tokens=completion.prompt_tokens, completion_tokens=completion.completion_tokens,
                                cached_tokens=completion.cached_tokens, cost_usd=completion.cost_usd,
                                saved_usd=round(saved, 8), latency_s=round(completion.latency_s, 4),
                                finish_reason=completion.finish_reason,
+                               tool_calls=[call.to_json() for call in completion.tool_calls] or None,
                                messages=messages if self.settings.debug else None))
         return completion
 

@@ -140,6 +140,8 @@ class Redactor:
         redacted = []
         for message in messages:
             content = message.get("content")
+            if message.get("tool_calls"):  # a native tool call's arguments are text the model sees, like content
+                message = dict(message, tool_calls=redact_data(self, message["tool_calls"]))
             if not isinstance(content, str):
                 redacted.append(message)
                 continue

@@ -7,6 +7,7 @@
   callable(request) -> str  → computed from the request body (model, messages)
   Cut(text)                 → a completion with that text and finish_reason "length" (cut off at the cap)
   Raw(body)                 → a 200 answer with exactly these bytes (not JSON, not UTF-8: a broken proxy)
+  Calls([(name, args)], text) → a reply with native tool calls (args: the arguments string, as sent)
 A `responder(request)`, when given, is asked first; when it returns None the script answers. When the script runs
 out the server answers 400 "script exhausted", so a test that asks too much fails loudly.
 """
@@ -41,6 +42,12 @@ class Cut:
 @dataclass
 class Raw:
     body: bytes
+
+
+@dataclass
+class Calls:
+    calls: list  # (function name, arguments string)
+    text: str = ""
 
 
 def word_vector(text: str, dimensions: int = 64) -> list[float]:
@@ -164,9 +171,14 @@ class FakeLLM:
                     self.end_headers()
                     self.wfile.write(item.body)
                     return
-                finish = "length" if isinstance(item, Cut) else "stop"
-                item = item.text if isinstance(item, Cut) else item
-                text = item(request) if callable(item) else item
+                item = item(request) if callable(item) and not isinstance(item, (Cut, Calls)) else item
+                finish = "length" if isinstance(item, Cut) else "tool_calls" if isinstance(item, Calls) else "stop"
+                message: dict = {"role": "assistant", "content": item.text if isinstance(item, (Cut, Calls)) else item}
+                if isinstance(item, Calls):
+                    message["tool_calls"] = [{"id": f"call_fake_{i}", "type": "function",
+                                              "function": {"name": name, "arguments": arguments}}
+                                             for i, (name, arguments) in enumerate(item.calls)]
+                text = message["content"]
                 prompt = rendered_prompt(request)
                 with fake.lock:
                     cached_chars = common_prefix(prompt, fake.last_prompt.get(request.get("model", ""), ""))
@@ -178,8 +190,7 @@ class FakeLLM:
                 self._send(200, {
                     "id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()),
                     "model": request.get("model", "fake"),
-                    "choices": [{"index": 0, "finish_reason": finish,
-                                 "message": {"role": "assistant", "content": text}}],
+                    "choices": [{"index": 0, "finish_reason": finish, "message": message}],
                     "usage": {"prompt_tokens": prompt_chars // 4 + 1, "completion_tokens": len(text) // 4 + 1,
                               "total_tokens": prompt_chars // 4 + len(text) // 4 + 2,
                               "prompt_tokens_details": {"cached_tokens": cached}},

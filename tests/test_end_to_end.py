@@ -92,9 +92,14 @@ def test_three_malformed_replies_exit_4_and_the_model_is_told_the_format(cli, ll
     _, result, trace = load_run(isolated.home)
     assert result["status"] == "format_error" and result["steps"] == 3
     assert [e["type"] for e in trace].count("format_error") == 3
-    feedback = llm.agent_requests()[1]["messages"][-1]["content"]
-    assert "could not be used" in feedback and "<c>command</c>" in feedback
-    assert "I think I should list the files." in feedback  # the problem is quoted
+    messages = llm.agent_requests()[1]["messages"]
+    feedback = messages[-1]["content"]
+    # a filled-in example, not a placeholder a model could copy as a command
+    assert "could not be used" in feedback and "<c>execute_shell</c>\npython3 --version" in feedback
+    assert "<c>command</c>" not in feedback
+    # the bad reply stands in the history as the model's own message, not quoted back a second time
+    assert messages[-2] == {"role": "assistant", "content": "I think I should list the files."}
+    assert "I think I should list the files." not in feedback
 
 
 def test_a_good_reply_resets_the_format_error_count(cli, llm, isolated):

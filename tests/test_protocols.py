@@ -1,0 +1,180 @@
+"""The three reply protocols (tags, tools, json) over one loop, against the scripted OpenAI-compatible server and the
+real openai client; and what a real small model taught the tag format."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from miniagi.model import Completion, ToolCall
+from miniagi.parser import FormatError, parse_reply
+from miniagi.protocols import PROTOCOLS, lenient_json, one_command_line
+
+from .conftest import act, one_line, run_dirs
+from .fake_llm import Calls, Fail
+
+
+def load(home):
+    (directory,) = run_dirs(home)
+    result = json.loads((directory / "result.json").read_text())
+    trace = [json.loads(line) for line in (directory / "trace.jsonl").read_text().split("\n") if line]
+    return result, trace
+
+
+def observations(trace):
+    return {e["step"]: e["text"] for e in trace if e["type"] == "observation"}
+
+
+# --- tools ----------------------------------------------------------------------------------------------------
+def test_a_tools_run_uses_native_calls_and_sends_observations_as_tool_messages(cli, llm, isolated):
+    llm.add(Calls([("execute_python", json.dumps({"code": "total = 6 * 7\nprint(total)"}))], "compute it"),
+            Calls([("execute_shell", '{"command_line": "echo shell-ran"}'),
+                   ("execute_python", '{"code": "print(1)"}')]),  # two calls: the first runs, the model is told
+            Calls([("execute_python", "{'code': 'print(total + 1)'}")]),  # single quotes: read leniently
+            Calls([("execute_python", '{"code": "print(2"')]),  # malformed JSON: a format error, the usual feedback
+            Calls([("done", json.dumps({"answer": "The total is 42."}))]))
+    proc = cli("-y", "--unattended", "--protocol", "tools", "Compute 6*7")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().endswith("The total is 42.")
+    result, trace = load(isolated.home)
+    seen = observations(trace)
+    assert "42" in seen[1] and "shell-ran" in seen[2] and "only the first (execute_shell) was run" in seen[2]
+    assert "43" in seen[3]
+    errors = [e for e in trace if e["type"] == "format_error"]
+    assert len(errors) == 1 and errors[0]["step"] == 4 and "not valid JSON" in errors[0]["error"]
+    assert next(e for e in trace if e["type"] == "run_start")["settings"]["protocol"] == "tools"
+
+    requests = llm.agent_requests()
+    names = [tool["function"]["name"] for tool in requests[0]["tools"]]
+    assert names[-1] == "done" and "execute_python" in names and "ingest_data" in names
+    python_tool = next(t["function"] for t in requests[0]["tools"] if t["function"]["name"] == "execute_python")
+    assert python_tool["parameters"]["required"] == ["code"]
+    # the history: each step as an assistant tool call and a tool message with the same id, in order
+    later = requests[2]["messages"]
+    calls = [m for m in later if m["role"] == "assistant" and m.get("tool_calls")]
+    results = [m for m in later if m["role"] == "tool"]
+    assert [c["tool_calls"][0]["id"] for c in calls] == [r["tool_call_id"] for r in results] == ["call_1", "call_2"]
+    assert json.loads(calls[0]["tool_calls"][0]["function"]["arguments"]) == {"code": "total = 6 * 7\nprint(total)"}
+    assert "42" in results[0]["content"]
+    # each prompt extends the one before (the prompt cache serves it)
+    first, second = requests[1]["messages"], requests[2]["messages"]
+    assert second[:len(first) - 1] == first[:-1]
+
+
+def test_a_reply_without_a_tool_call_is_a_format_error_with_the_usual_cap(cli, llm, isolated):
+    llm.add("I will think about it.", Calls([], "still no call"), "nothing")
+    proc = cli("-y", "--unattended", "--protocol", "tools", "Do something")
+    assert proc.returncode == 4, proc.stderr
+    _, trace = load(isolated.home)
+    assert [e["type"] for e in trace].count("format_error") == 3
+    assert "called no tool" in llm.agent_requests()[1]["messages"][-1]["content"]
+
+
+def test_an_endpoint_that_refuses_tools_gives_one_line_suggesting_another_protocol(cli, llm, isolated):
+    llm.add(Fail(400, message="tools is not supported for this model"))
+    proc = cli("-y", "--unattended", "--protocol", "tools", "Do something")
+    assert proc.returncode == 2
+    assert one_line(proc.stderr.splitlines()[-1]) and "--protocol" in proc.stderr and "tags" in proc.stderr
+    assert run_dirs(isolated.home) == []  # refused before any answer: no junk run left behind
+
+
+def test_a_tools_run_replays_with_no_model(cli, llm, isolated, tmp_path):
+    llm.add(Calls([("execute_shell", '{"command_line": "echo replayed > out.txt && cat out.txt"}')], "write it"),
+            Calls([("done", '{"answer": "written"}')]))
+    assert cli("-y", "--unattended", "--protocol", "tools", "Write a file").returncode == 0
+    (original,) = run_dirs(isolated.home)
+    served = len(llm.requests)
+    proc = cli("replay", original.name, "-y", "--json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["reproduced"] and report["model_calls"] == 0 and report["steps"] == 2
+    assert len(llm.requests) == served  # nothing reached the endpoint
+
+
+# --- json -----------------------------------------------------------------------------------------------------
+def test_a_json_run_reads_lenient_objects_and_asks_for_the_schema(cli, llm, isolated):
+    llm.add(json.dumps({"thought": "compute", "command": "execute_python", "arg": "x = 20\nprint(x)"}),
+            "Sure! Here is my action:\n```json\n{\"thought\": \"add\", \"command\": \"execute_python\", "
+            "\"arg\": \"print(x + 1)\"}\n```",
+            "{'thought': 'finish', 'command': 'done', 'arg': 'x + 1 is 21'}")
+    proc = cli("-y", "--unattended", "--protocol", "json", "Add one to twenty")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().endswith("x + 1 is 21")
+    _, trace = load(isolated.home)
+    assert observations(trace)[2].strip().endswith("21")
+    first = llm.agent_requests()[0]
+    schema = first["response_format"]["json_schema"]["schema"]
+    assert first["response_format"]["type"] == "json_schema" and "done" in schema["properties"]["command"]["enum"]
+    # the history shows each action back in the standard form
+    shown = llm.agent_requests()[2]["messages"]
+    replies = [json.loads(m["content"]) for m in shown if m["role"] == "assistant"]
+    assert replies[1] == {"thought": "add", "command": "execute_python", "arg": "print(x + 1)"}
+
+
+def test_json_falls_back_when_the_endpoint_refuses_schemas_and_remembers_it(cli, llm, isolated):
+    def refuse_schemas(request):
+        kind = (request.get("response_format") or {}).get("type")
+        if kind == "json_schema":
+            return Fail(400, message="response_format json_schema is not supported")
+        if kind == "json_object" and "schema" in request["response_format"]:
+            return Fail(500, message="unknown field schema")  # llama.cpp-like: the same 500 again is not retried
+        return None
+
+    llm.responder = refuse_schemas
+    llm.add('{"thought": "t", "command": "execute_python", "arg": "print(5)"}',
+            '{"thought": "t", "command": "done", "arg": "five"}')
+    proc = cli("-y", "--unattended", "--protocol", "json", "Print five")
+    assert proc.returncode == 0, proc.stderr
+    formats = [(r.get("response_format") or {}) for r in llm.agent_requests()]
+    kinds = [f.get("type", "") + ("+schema" if "schema" in f else "") for f in formats]
+    # json_schema refused once, json_object+schema refused (two identical 500s), then plain json_object for good
+    assert kinds == ["json_schema", "json_object+schema", "json_object+schema", "json_object", "json_object"]
+    assert "asking with json_object" in proc.stderr
+
+
+# --- the tag format, as a real small model wrote it -----------------------------------------------------------
+def test_an_unknown_command_names_the_closest_one():
+    with pytest.raises(FormatError) as caught:
+        PROTOCOLS["tags"].read(Completion("<r>x</r><c>execute_shel</c>\nls", "m", 0, 0, 0.0, 0.0))
+    assert "Did you mean execute_shell?" in str(caught.value)
+
+
+def test_reversed_tags_and_a_tag_inside_prose():
+    action = parse_reply("<c>execute_shell</c><r>list the files</r>\nls -la")
+    assert (action.command, action.thought, action.arg) == ("execute_shell", "list the files", "ls -la")
+    with pytest.raises(FormatError, match="inside a sentence"):
+        parse_reply("I will list the files using the command <c>execute_shell</c> to see them.")
+    assert parse_reply("<r>t</r><c>execute_shell</c> ls -la").arg == "ls -la"  # an argument on the tag's line
+
+
+def test_a_multi_line_shell_argument_runs_its_first_line_and_says_what_was_dropped():
+    arg, note = one_command_line("execute_shell", "ls -la\nObservation (step 1):\nfile.txt")
+    assert arg == "ls -la" and "Dropped: 2 more line(s)" in note
+    for whole in ("for f in a b; do\n  echo $f\ndone", "cat <<EOF > x.txt\nhello\nEOF", "echo a \\\n  b"):
+        assert one_command_line("execute_shell", whole) == (whole, "")
+    assert one_command_line("execute_python", "a = 1\nprint(a)") == ("a = 1\nprint(a)", "")
+
+
+def test_a_multi_line_shell_argument_in_a_run(cli, llm, isolated):
+    llm.add(act("execute_shell", "echo first-line\necho SECOND-LINE-RAN"), act("done", "ok"))
+    assert cli("-y", "--unattended", "Echo").returncode == 0
+    _, trace = load(isolated.home)
+    seen = observations(trace)[1]
+    assert "first-line" in seen and "SECOND-LINE-RAN" not in seen.split("Note:")[0] and "Dropped" in seen
+
+
+def test_lenient_json_and_tool_arguments():
+    assert lenient_json("{'a': 'b'}") == {"a": "b"}
+    with pytest.raises(ValueError):
+        lenient_json('{"a": ')
+    completion = Completion("", "m", 0, 0, 0.0, 0.0, tool_calls=(ToolCall("c1", "web_search", '{"q": "tides"}'),))
+    assert PROTOCOLS["tools"].read(completion).arg == "tides"  # the only value, whatever its name
+
+
+def test_temperature_is_sent_and_configurable(cli, llm, isolated):
+    llm.add(act("done", "ok"))
+    assert cli("-y", "--unattended", "--temperature", "0.7", "Say ok").returncode == 0
+    assert llm.agent_requests()[0]["temperature"] == 0.7
+    bad = cli("--temperature", "5", "x")
+    assert bad.returncode == 2 and one_line(bad.stderr)
