@@ -86,8 +86,14 @@ class Action(Event):
 @dataclass
 class Observation(Event):
     type: ClassVar[str] = "observation"
-    text: str = ""
+    text: str = ""  # what the command produced
     notes: list | None = optional()  # what the step memorized (None in traces older than this field)
+    note: str | None = optional()  # what the model is told about how its reply was read (shown after the text)
+
+    @property
+    def shown(self) -> str:
+        """The observation as the model sees it."""
+        return f"{self.text}\n\n{self.note}" if self.note else self.text
 
 
 @dataclass

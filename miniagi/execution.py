@@ -190,7 +190,7 @@ class PythonSession:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def run(self, code: str) -> ExecResult:
+    def run(self, code: str, label: str | None = None) -> ExecResult:
         restarted = ""
         if not self.alive:
             if self.process is not None:
@@ -202,7 +202,8 @@ class PythonSession:
                 self._close_worker()
                 return ExecResult("", ok=False, note=f"{exc}; nothing was run. Try again.")
         self.runs += 1
-        request = {"code": code, "output": str(self.output_path), "label": f"<step code {self.runs}>"}
+        # the label names the code in tracebacks: the step that ran it, when the caller says
+        request = {"code": code, "output": str(self.output_path), "label": label or f"<code {self.runs}>"}
         try:
             self.requests.write(json.dumps(request) + "\n")
             self.requests.flush()

@@ -20,8 +20,18 @@ ERROR = re.compile(r"Traceback \(most recent call last\)|\b\w*Error\b|exit code 
                    r"No such file|could not|cannot|failed|Timed out|Not run", re.I)
 
 
+# where an error happened, not what it is: "line 189", "file.py:12:", "<step 7>" differ between the same errors
+_PLACE = re.compile(r"\b(line|step) \d+|:\d+(:\d+)?(?=[:\s]|$)|<step \d+>", re.I)
+
+
 def _key(text: str) -> str:
-    return " ".join(text.split())[:4000]
+    return _PLACE.sub(_placeholder, " ".join(text.split())[:4000])
+
+
+def _placeholder(match: re.Match) -> str:
+    if match.group(1):
+        return match.group(1) + " N"
+    return "<step N>" if match.group(0).startswith("<") else ":N"
 
 
 def error_signature(observation: str) -> str | None:
@@ -29,7 +39,7 @@ def error_signature(observation: str) -> str | None:
     is not just an exit code. None when the observation reports no error."""
     if not ERROR.search(observation):
         return None
-    lines = [line.strip() for line in observation.splitlines() if line.strip()]
+    lines = [_key(line) for line in observation.splitlines() if line.strip()]
     for line in reversed(lines):
         if re.match(r"^[\w.]*(Error|Exception|Interrupt|Exit)\b", line):
             return line

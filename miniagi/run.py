@@ -64,7 +64,8 @@ class Run:
         self.memory.summary = state.summary
         self.workspace = RunWorkspace(self.settings, ui=agent.ui, environ=agent.environ, memory=self.memory,
                                       budget=agent.budget, search_backend=agent.search_backend,
-                                      summarize=self.summarize, counter=agent.summarizer_counter)
+                                      summarize=self.summarize, counter=agent.summarizer_counter,
+                                      step=lambda: self.state.step)
         self.alerts: list[str] = []  # for the next prompt only: loop warnings, the note that the run was resumed
         self.isolation: str | None = None  # how executed code is kept from the agent's process
 
@@ -207,10 +208,9 @@ class Run:
         ends the run here, unless the critic sends it back."""
         number = self.state.step
         observation = outcome.observation if outcome.answer is None else self.final_review(outcome.answer)
-        if action.note:
-            observation = f"{observation}\n\n{action.note}"
         observation = self.agent.redact(cap_text(observation, self.agent.budget.item_chars))
-        self.emit(ev.Observation(step=number, text=observation, notes=list(outcome.notes)))
+        self.emit(ev.Observation(step=number, text=observation, notes=list(outcome.notes),
+                                 note=self.agent.redact(action.note) or None))
         notes = [self.memory.item("note", note, number, suffix=str(i) if i else "")
                  for i, note in enumerate(outcome.notes)]
         self.remember(self.memory.step_item(self.state.steps[-1]), *notes,

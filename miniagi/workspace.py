@@ -37,7 +37,8 @@ class MemoryShelf:
 
 class RunWorkspace:
     def __init__(self, settings, *, ui, environ: Mapping[str, str], memory: RunMemory, budget: Budget,
-                 search_backend: SearchBackend, summarize: Callable[[str], str], counter: TokenCounter):
+                 search_backend: SearchBackend, summarize: Callable[[str], str], counter: TokenCounter,
+                 step: Callable[[], int] = lambda: 0):
         self.settings = settings
         self.ui = ui
         self.workdir: Path = settings.workdir_path
@@ -53,6 +54,7 @@ class RunWorkspace:
         self.chunk_budget = budget.summarizer_chunk
         self.answer_tokens = budget.answer
         self.last_search: list[SearchResult] = []
+        self.step = step
         self._python: PythonSession | None = None
 
     @property
@@ -67,7 +69,7 @@ class RunWorkspace:
         return self._python
 
     def run_python(self, code: str) -> str:
-        return self.python.run(code).observation()
+        return self.python.run(code, label=f"<step {self.step()}>").observation()
 
     def run_shell(self, command_line: str) -> str:
         return run_shell(command_line, self.workdir, self.env, self.settings.exec_timeout, self.max_chars,

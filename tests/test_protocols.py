@@ -178,3 +178,38 @@ def test_temperature_is_sent_and_configurable(cli, llm, isolated):
     assert llm.agent_requests()[0]["temperature"] == 0.7
     bad = cli("--temperature", "5", "x")
     assert bad.returncode == 2 and one_line(bad.stderr)
+
+
+def test_loops_are_detected_on_the_commands_output_with_line_numbers_normalised(cli, llm, isolated):
+    """Five different double-action replies are not a loop (the note about the second action is not the
+    output); the same error three times is."""
+    llm.add(*[act("execute_python", f"print({i})") + "\n" + act("execute_shell", "ls") for i in range(5)],
+            *[act("execute_shell", f"bash -c 'echo {'x;' * i} no-such-cmd-here' ; exit 3") for i in range(1, 4)],
+            act("done", "ok"))
+    proc = cli("-y", "--unattended", "Loop test")
+    assert proc.returncode == 0, proc.stderr
+    _, trace = load(isolated.home)
+    warnings = [e for e in trace if e["type"] == "loop_warning"]
+    assert [w["step"] for w in warnings] == [8]  # steps 1-5 are no loop; 6-8 meet the same error three times
+    notes = [e for e in trace if e["type"] == "observation" and e.get("note")]
+    assert len(notes) == 5 and "more than one action" in notes[0]["note"]
+
+
+def test_a_repeated_bash_error_at_other_lines_is_a_loop():
+    from miniagi.loops import LoopDetector
+
+    detector = LoopDetector()
+    # echoed transcript text run by bash: other commands each time, the same error at other lines
+    lengths = [detector.observe("execute_shell", f"echo step {i}\nObservation: ...", f"bash: line {189 + 37 * i}: "
+                                "Observation:: command not found\nexit code 127") for i in range(3)]
+    assert lengths == [1, 2, 3]
+
+
+def test_tracebacks_name_the_step_and_the_endpoint_url_is_not_redacted(cli, llm, isolated):
+    llm.add(act("memorize_thoughts", "first"), act("execute_python", "1 / 0"),
+            *[Fail(502, message="bad gateway")] * 5)
+    proc = cli("-y", "--unattended", "Divide")
+    assert proc.returncode == 2
+    result, trace = load(isolated.home)
+    assert 'File "<step 2>", line 1' in observations(trace)[2]
+    assert llm.url in result["message"] and "REDACTED" not in result["message"]
