@@ -132,10 +132,10 @@ class ContextBuilder:
             self._system, self._system_tokens = message["content"], self.counter.count(message["content"])
         return self._system_tokens
 
-    def check_fits(self, system: str, objective: str) -> None:
+    def check_fits(self, system: str, objective: str, background: str = "") -> None:
         """Fail at the start, not at step 40, when the fixed parts cannot fit."""
         fixed = self.message_tokens([{"role": "system", "content": system},
-                                     {"role": "user", "content": self.head(objective, "", [], 0) + "\n\n"
+                                     {"role": "user", "content": self.head(objective, "", [], 0, background) + "\n\n"
                                       + self.request(1)}]) + REPLY_PRIMING
         # leave room for at least one step of a few hundred tokens
         if fixed + 200 > self.max_tokens:
@@ -143,9 +143,10 @@ class ContextBuilder:
                 f"--max-context-tokens {self.max_tokens} is too small: the system prompt and objective alone take "
                 f"{fixed} tokens; allow at least {fixed + 200}")
 
-    def head(self, objective: str, summary: str, notes: list[str], through_step: int) -> str:
+    def head(self, objective: str, summary: str, notes: list[str], through_step: int, background: str = "") -> str:
         """The first user message: what stays put between folds."""
-        parts = [f"OBJECTIVE:\n{objective}"]
+        parts = [f"BEFORE THIS OBJECTIVE:\n{background}"] if background else []
+        parts.append(f"OBJECTIVE:\n{objective}")
         if summary:
             parts.append(f"SUMMARY OF STEPS 1-{through_step}:\n{summary}")
         kept = self._notes_within_share(notes)

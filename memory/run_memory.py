@@ -55,7 +55,7 @@ class Summary:
 class RunMemory:
     def __init__(self, *, builder: ContextBuilder, summarizer_counter: TokenCounter, ask_summarizer: Ask,
                  store: VectorMemory | None, scope: str, run_id: str, objective: str, workdir: str = "",
-                 code_commands: frozenset[str] = frozenset()):
+                 code_commands: frozenset[str] = frozenset(), background: str = ""):
         self.builder = builder
         self.counter = builder.counter
         self.summarizer_counter = summarizer_counter
@@ -64,6 +64,7 @@ class RunMemory:
         self.scope = scope
         self.run_id = run_id
         self.objective = objective
+        self.background = background  # a follow-up's account of the run it continues (in the head)
         self.workdir = workdir
         self.summary = Summary()
         self.summary_cap = builder.budget.summary
@@ -112,7 +113,7 @@ class RunMemory:
                squeeze: bool = False) -> Context:
         shown = [s for s in steps if s.step >= self.window_start]
         left = self._left_notes(steps)
-        head = self.builder.head(self.objective, self.summary.text, left, self.summary.through_step)
+        head = self.builder.head(self.objective, self.summary.text, left, self.summary.through_step, self.background)
         for step in list(self.rendered):  # out of view since: gone from the prompt
             if step < self.window_start:
                 del self.rendered[step]

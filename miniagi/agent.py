@@ -27,6 +27,7 @@ from .runs import RunStore, now_iso
 from .secrets import Redactor
 from .state import RunState
 from .ui import Terminal
+from .workspace import RunWorkspace
 from .websearch import DdgsBackend, SearchBackend
 
 __all__ = ["Agent", "RunResult", "open_vector_memory", "recorded_settings"]
@@ -67,32 +68,59 @@ class Agent:
         self.system = system_prompt(str(settings.workdir_path), settings.protocol)
 
     # --- starting and resuming -------------------------------------------------------------------------------
-    def run(self, objective: str, origin: dict | None = None) -> RunResult:
-        """Work on an objective until done or stopped. `origin` is recorded with the run (e.g. what it replays)."""
-        return self.start(objective, origin).drive()
+    def run(self, objective: str, origin: dict | None = None, follows: str | None = None) -> RunResult:
+        """Work on an objective until done or stopped. `origin` is recorded with the run (e.g. what it replays);
+        `follows` is a run this one continues: its objective, answer, summary and notes are in the context."""
+        return self.start(objective, origin, follows).drive()
 
-    def start(self, objective: str, origin: dict | None = None) -> Run:
-        """A new run of an objective, recorded and ready to drive (`run.drive()` works on it until it ends)."""
+    def start(self, objective: str, origin: dict | None = None, follows: str | None = None,
+              workspace: RunWorkspace | None = None) -> Run:
+        """A new run of an objective, recorded and ready to drive (`run.drive()` works on it until it ends).
+        Given the `workspace` of the run it follows (a chat), its Python session carries over."""
         objective = objective.strip()
         if not objective:
             raise ConfigError("the objective is empty: say what the agent should do")
         if "\x00" in objective:
             raise ConfigError("the objective contains a NUL byte: give it as plain text")
-        self._check_budget(objective)
+        previous = self.store.open(follows).run_id if follows else None
+        background = self.background(previous, python_kept=workspace is not None) if previous else None
+        self._check_budget(objective, background or "")
         self._check_workdir()
         self._check_endpoint()
         record = self.store.create()
-        run = Run(self, record, RunState(objective=objective, make_record=self.step_record))
+        run = Run(self, record, RunState(objective=objective, make_record=self.step_record), workspace=workspace)
         run.emit(ev.RunStart(time=now_iso(), run_id=record.run_id, objective=objective,
-                             settings=self.settings.to_dict(), extra=dict(origin or {})))
+                             settings=self.settings.to_dict(), follows=previous, background=background,
+                             extra=dict(origin or {})))
         return run
+
+    def background(self, run_id: str, python_kept: bool = False) -> str:
+        """What a follow-up is told of the run it continues, within the summary's share of the budget."""
+        state = RunState.from_events(self.store.open(run_id).events())
+        parts = [state.background] if state.background else []
+        parts.append(f"Previous objective (run {run_id}): {state.objective}")
+        parts.append(f"Its answer: {state.answer}" if state.answer is not None else
+                     f"It ended without an answer ({state.status}).")
+        if state.summary.text:
+            parts.append(f"What was done: {state.summary.text}")
+        recent = [s for s in state.steps if s.step > state.summary.through_step and s.command]
+        if recent:
+            parts.append("Its steps:\n" + "\n".join(
+                f"- {s.command} {' '.join(s.arg.split())[:160]} → {' '.join(s.observation.split())[:160]}"
+                for s in recent))
+        if state.notes:
+            parts.append("Its notes:\n" + "\n".join(f"- {note}" for note in state.notes))
+        parts.append("The Python session carries over: variables, imports and functions defined then are still "
+                     "defined." if python_kept else "Python variables, imports and functions from it are gone (a new "
+                     "Python session); files it wrote remain in the working directory.")
+        return truncate_middle("\n".join(parts), self.counter, self.budget.summary)
 
     def resume(self, run_id: str) -> RunResult:
         record = self.store.open(run_id)
         state = RunState.from_events(record.events(), self.step_record)
         if state.status == "done":
             raise ConfigError(f"run {record.run_id} is already done; its answer is in {record.result_path}")
-        self._check_budget(state.objective)
+        self._check_budget(state.objective, state.background)
         self._check_workdir()
         self._check_endpoint()
         run = Run(self, record, state, resumed=True)
@@ -117,9 +145,9 @@ class Agent:
         if check is not None:
             check()
 
-    def _check_budget(self, objective: str) -> None:
+    def _check_budget(self, objective: str, background: str = "") -> None:
         try:
-            self.contexts.check_fits(self.system, objective)
+            self.contexts.check_fits(self.system, objective, background)
         except ContextOverflow as exc:
             raise ConfigError(str(exc)) from None
 

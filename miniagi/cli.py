@@ -22,6 +22,7 @@ COMMAND_HELP = {
     "memory": "inspect the persistent memory: search \"QUERY\" | stats | clear",
     "batch": "run the objectives of a file unattended, in parallel",
     "replay": "re-drive a recorded run with its recorded model replies: no model calls",
+    "chat": "an interactive session: each line is the next objective; Python state, memory and summary carry over",
 }
 
 
@@ -56,7 +57,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help=COMMAND_HELP["run"], description=COMMAND_HELP["run"])
     run.add_argument("objective", nargs="+", help="what the agent should achieve (- reads it from stdin)")
+    follow = run.add_mutually_exclusive_group()
+    follow.add_argument("-c", "--continue", dest="follow_newest", action="store_true",
+                        help="a follow-up of the newest run: its objective, answer, summary and notes are in context")
+    follow.add_argument("--cid", default=None, metavar="RUN_ID", help="a follow-up of the given run")
     _add_run_options(run)
+
+    chat = commands.add_parser("chat", help=COMMAND_HELP["chat"], description=COMMAND_HELP["chat"] + ". Every "
+                               "objective is a run of its own, linked to the one before. Ctrl-D (or an end of "
+                               "input) ends the session.")
+    follow = chat.add_mutually_exclusive_group()
+    follow.add_argument("-c", "--continue", dest="follow_newest", action="store_true",
+                        help="start as a follow-up of the newest run")
+    follow.add_argument("--cid", default=None, metavar="RUN_ID", help="start as a follow-up of the given run")
+    _add_run_options(chat)
 
     resume = commands.add_parser("resume", help=COMMAND_HELP["resume"],
                                  description=COMMAND_HELP["resume"] + ". It runs with the settings it was started "
@@ -148,8 +162,51 @@ def cmd_run(args: argparse.Namespace) -> int:
         from .agent import Agent
 
         agent = Agent(settings)
-    result = agent.run(objective)
+    result = agent.run(objective, follows=_followed(args, agent.store))
     return _finish(result, args.json)
+
+
+def _followed(args: argparse.Namespace, store) -> str | None:
+    """The run a follow-up continues: -c the newest, --cid the given one."""
+    if args.cid:
+        return store.open(args.cid).run_id
+    if args.follow_newest:
+        newest = store.results()
+        if not newest:
+            raise ConfigError(f"-c continues the newest run, and there is none under {store.root}")
+        return newest[0]["run_id"]
+    return None
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    """Objectives one line at a time; each is a run that follows the one before and shares its Python session."""
+    settings = resolve_settings(_flags(args))
+    with _starting():
+        from .agent import Agent
+
+        agent = Agent(settings)
+    previous, workspace, code = _followed(args, agent.store), None, 0
+    interactive = sys.stdin is not None and sys.stdin.isatty()
+    try:
+        while True:
+            if interactive:
+                print("› ", end="", file=sys.stderr, flush=True)
+            line = sys.stdin.readline()
+            if not line:  # Ctrl-D, or the end of the piped input
+                break
+            objective = line.strip()
+            if not objective:
+                continue
+            run = agent.start(objective, follows=previous, workspace=workspace)
+            run.owns_workspace = False  # the session's Python goes on to the next objective: closed at the end
+            workspace = run.workspace
+            result = run.drive()
+            code = _finish(result, args.json)
+            previous = result.run_id
+    finally:
+        if workspace is not None:
+            workspace.close()
+    return code
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
@@ -284,7 +341,7 @@ def _store(args: argparse.Namespace):
 UNUSABLE_PLACE = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EEXIST, errno.EISDIR}
 
 HANDLERS = {"run": cmd_run, "resume": cmd_resume, "runs": cmd_runs, "show": cmd_show, "memory": cmd_memory,
-            "batch": cmd_batch, "replay": cmd_replay}
+            "batch": cmd_batch, "replay": cmd_replay, "chat": cmd_chat}
 
 
 def compact_malloc() -> None:

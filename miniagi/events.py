@@ -56,6 +56,8 @@ class RunStart(Event):
     run_id: str = ""
     objective: str = ""
     settings: dict = field(default_factory=dict)
+    follows: str | None = optional()  # the run this one continues (miniagi -c / --cid / chat)
+    background: str | None = optional()  # what the agent is told of that run: objective, answer, summary, notes
 
 
 @dataclass

@@ -54,7 +54,8 @@ class RunResult:
 
 
 class Run:
-    def __init__(self, agent: "Agent", record: RunRecord, state: RunState, *, resumed: bool = False):
+    def __init__(self, agent: "Agent", record: RunRecord, state: RunState, *, resumed: bool = False,
+                 workspace: RunWorkspace | None = None):
         self.agent, self.settings, self.ui = agent, agent.settings, agent.ui
         self.record, self.state, self.resumed = record, state, resumed
         self.memory = RunMemory(builder=agent.contexts, summarizer_counter=agent.summarizer_counter,
@@ -62,10 +63,14 @@ class Run:
                                 run_id=record.run_id, objective=state.objective,
                                 workdir=str(self.settings.workdir_path), code_commands=code_commands())
         self.memory.summary = state.summary
-        self.workspace = RunWorkspace(self.settings, ui=agent.ui, environ=agent.environ, memory=self.memory,
-                                      budget=agent.budget, search_backend=agent.search_backend,
-                                      summarize=self.summarize, counter=agent.summarizer_counter,
-                                      step=lambda: self.state.step)
+        # a chat hands each run the workspace of the one before (its Python session goes on); its owner closes it
+        self.owns_workspace = workspace is None
+        self.workspace = workspace or RunWorkspace(self.settings, ui=agent.ui, environ=agent.environ,
+                                                   memory=self.memory, budget=agent.budget,
+                                                   search_backend=agent.search_backend, summarize=self.summarize,
+                                                   counter=agent.summarizer_counter)
+        self.workspace.memory, self.workspace.summarize = self.memory, self.summarize
+        self.workspace.step = lambda: self.state.step
         self.alerts: list[str] = []  # for the next prompt only: loop warnings, the note that the run was resumed
         self.isolation: str | None = None  # how executed code is kept from the agent's process
 
@@ -85,6 +90,7 @@ class Run:
     # --- the loop ------------------------------------------------------------------------------------------------
     def drive(self) -> RunResult:
         state, record = self.state, self.record
+        self.memory.background = state.background  # known once the start (or the trace) is read
         self.ui.run_started(record.run_id, state.objective, self.settings.model, state.step if self.resumed else 0)
         restore_sigterm = _raise_on_sigterm()
         answer = None
@@ -110,7 +116,8 @@ class Run:
                 self.emit_quietly(ev.Error(step=state.step, traceback=traceback.format_exc()))
         finally:
             restore_sigterm()
-            self.workspace.close()
+            if self.owns_workspace:
+                self.workspace.close()
             self.flush_memory()
         if ending.discard:
             record.close()

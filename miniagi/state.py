@@ -29,6 +29,7 @@ class RunState:
     objective: str = ""
     started_at: str = ""
     run_id: str = ""
+    background: str = ""  # a follow-up's account of the run it continues
     step: int = 0  # the newest step taken (or in progress: its action is known, its observation not yet)
     steps: list[StepRecord] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -76,6 +77,7 @@ class RunState:
     # --- one handler per event type that changes the state ------------------------------------------------------
     def _on_RunStart(self, event: ev.RunStart) -> None:
         self.objective, self.started_at, self.run_id = event.objective, event.time, event.run_id
+        self.background = event.background or ""
 
     def _on_ModelCall(self, event: ev.ModelCall) -> None:
         self.llm_calls += 1

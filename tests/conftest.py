@@ -60,7 +60,7 @@ def cli(llm, isolated):
         full_env = {k: v for k, v in full_env.items() if v is not None}
         return subprocess.run([sys.executable, "-m", "miniagi", *args], cwd=kwargs.pop("cwd", isolated.work),
                               env=full_env, capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL, **kwargs)
+                              **({} if "input" in kwargs else {"stdin": subprocess.DEVNULL}), **kwargs)
 
     return run
 

@@ -213,3 +213,41 @@ def test_tracebacks_name_the_step_and_the_endpoint_url_is_not_redacted(cli, llm,
     result, trace = load(isolated.home)
     assert 'File "<step 2>", line 1' in observations(trace)[2]
     assert llm.url in result["message"] and "REDACTED" not in result["message"]
+
+
+# --- follow-ups and chat ----------------------------------------------------------------------------------------
+def test_a_follow_up_with_c_carries_the_previous_answer(cli, llm, isolated):
+    llm.add(act("execute_python", "value = 6 * 7\nprint(value)"), act("memorize_thoughts", "value holds 42"),
+            act("done", "The value is 42."))
+    assert cli("-y", "--unattended", "Compute six times seven").returncode == 0
+    (first,) = run_dirs(isolated.home)
+    llm.add(act("done", "Doubled: 84."))
+    proc = cli("-y", "--unattended", "-c", "Now double it")
+    assert proc.returncode == 0, proc.stderr
+    head = llm.agent_requests()[-1]["messages"][1]["content"]
+    assert "The value is 42." in head and "Compute six times seven" in head and "value holds 42" in head
+    assert "Python variables" in head and "gone" in head  # a new process: the session did not carry over
+    second = next(d for d in run_dirs(isolated.home) if d != first)
+    start = json.loads((second / "trace.jsonl").read_text().split("\n")[0])
+    assert start["follows"] == first.name and start["objective"] == "Now double it"
+    llm.add(act("done", "Again."))
+    assert cli("-y", "--unattended", "--cid", first.name[:15], "Once more").returncode == 0
+    assert "The value is 42." in llm.agent_requests()[-1]["messages"][1]["content"]
+    bad = cli("-y", "--unattended", "--cid", "no-such-run", "x")
+    assert bad.returncode == 2 and one_line(bad.stderr)
+
+
+def test_chat_keeps_the_python_session_between_objectives(cli, llm, isolated):
+    llm.add(act("execute_python", "basket = ['apple', 'pear']\nprint(len(basket))"), act("done", "Two fruits."),
+            act("execute_python", "basket.append('plum')\nprint(basket)"), act("done", "Three fruits now."))
+    proc = cli("chat", "-y", "--unattended", input="Put two fruits in a basket\n\nAdd a plum\n")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["Two fruits.", "Three fruits now."]
+    first, second = run_dirs(isolated.home)
+    assert "'apple', 'pear', 'plum'" in observations(load_one(second))[1]  # the variable from the first objective
+    start = json.loads((second / "trace.jsonl").read_text().split("\n")[0])
+    assert start["follows"] == first.name and "carries over" in start["background"]
+
+
+def load_one(directory):
+    return [json.loads(line) for line in (directory / "trace.jsonl").read_text().split("\n") if line]
