@@ -47,6 +47,7 @@ class Outcome:
     notes: list[str] = field(default_factory=list)  # kept in the agent's context for the run, and in memory
     memories: list[Memory] = field(default_factory=list)  # stored in the vector memory
     answer: str | None = None  # the run's final answer: the run ends (after the critic's check)
+    data: list | None = None  # structured results for Python code that called the command (web_search's)
 
 
 class DocumentShelf(Protocol):
@@ -90,6 +91,11 @@ class Command:
     doc: str  # what the command does and what comes back
     run: Callable[[Workspace, str], "str | Outcome"]
     needs_approval: bool = False  # runs code on the user's machine: ask first unless -y
+    python: tuple[str, ...] = ()  # callable from execute_python as a function of these parameters ("|"-joined)
+    returns: str = "str"  # what the function returns, as its signature says
+
+    def signature(self) -> str:
+        return f"{self.name}({', '.join(self.python)}) -> {self.returns}"
 
     def __call__(self, workspace: Workspace, arg: str) -> Outcome:
         result = self.run(workspace, arg)
@@ -99,12 +105,19 @@ class Command:
 COMMANDS: dict[str, Command] = {}
 
 
-def command(name: str, arg: str, doc: str, needs_approval: bool = False):
+def command(name: str, arg: str, doc: str, needs_approval: bool = False, python: tuple[str, ...] = (),
+            returns: str = "str"):
     def register(function: Callable[[Workspace, str], "str | Outcome"]):
-        COMMANDS[name] = Command(name, arg, doc, function, needs_approval)
+        COMMANDS[name] = Command(name, arg, doc, function, needs_approval, python, returns)
         return function
 
     return register
+
+
+def python_tools() -> list[dict]:
+    """The commands code can call from execute_python, for the Python worker."""
+    return [{"name": c.name, "params": list(c.python), "join": "|", "doc": c.doc.split(". ")[0] + "."}
+            for c in COMMANDS.values() if c.python]
 
 
 def code_commands() -> frozenset[str]:
@@ -113,7 +126,8 @@ def code_commands() -> frozenset[str]:
 
 
 @command("memorize_thoughts", "free text",
-         "Keep a note (a plan, a fact, an intermediate result) that stays in your memory for the rest of the run.")
+         "Keep a note (a plan, a fact, an intermediate result) that stays in your memory for the rest of the run.",
+         python=("text",))
 def memorize_thoughts(workspace: Workspace, text: str) -> Outcome:
     return Outcome("Noted: it is in your memory now.", notes=[text])
 
@@ -142,7 +156,8 @@ def untrusted(label: str, text: str) -> str:
 
 
 @command("web_search", "keywords",
-         "Search the web. You get the top results, numbered, each with title, URL and snippet.")
+         "Search the web. You get the top results, numbered, each with title, URL and snippet.",
+         python=("query",), returns="list of results with .title, .url, .snippet")
 def web_search(workspace: Workspace, query: str) -> str | Outcome:
     try:
         results = workspace.search(query, SEARCH_RESULTS)
@@ -157,7 +172,8 @@ def web_search(workspace: Workspace, query: str) -> str | Outcome:
                    + "\nTo read a result: ingest_data with its URL or number (ingest_data 2), or process_data "
                      "QUESTION|URL.")
     # results go to memory, so a later step can find a URL seen earlier
-    return Outcome(observation, memories=[Memory("search", f"Web search result for {query!r}: {r.title}\n{r.url}\n"
+    return Outcome(observation, data=[{"title": r.title, "url": r.url, "snippet": r.snippet} for r in results],
+                   memories=[Memory("search", f"Web search result for {query!r}: {r.title}\n{r.url}\n"
                                                            f"{r.snippet}", str(i)) for i, r in enumerate(results)])
 
 
@@ -171,7 +187,8 @@ def _source_spec(workspace: Workspace, spec: str) -> str:
 
 @command("ingest_data", "a file path or http(s) URL (or the number of a web_search result)",
          "Read a file (text, Markdown, CSV, JSON, HTML, code, PDF) or web page into your long-term memory, where "
-         "later steps recall the parts they need. You get a short summary and how much was stored.")
+         "later steps recall the parts they need. You get a short summary and how much was stored.",
+         python=("source",))
 def ingest_data(workspace: Workspace, source: str) -> str:
     from memory.condense import condense, split_by_tokens
 
@@ -238,7 +255,7 @@ def _looks_like_source(workspace: Workspace, text: str) -> bool:
 @command("process_data", "PROMPT|SOURCE — a question, a |, then a file path or URL (more sources may follow, "
          "each after a |)",
          "Answer a question over the WHOLE of a file or web page, however long: every part is read, so nothing on "
-         "page 40 is missed. You get the answer.")
+         "page 40 is missed. You get the answer.", python=("prompt", "source"))
 def process_data(workspace: Workspace, request: str) -> str:
     from memory.condense import QUESTION_MERGE_PROMPT, answer_over
 
@@ -281,7 +298,7 @@ def process_data(workspace: Workspace, request: str) -> str:
 
 @command("talk_to_user", "a message or question",
          "Tell the user something or ask them a question; their reply comes back. Use it only when you cannot "
-         "go on without them.")
+         "go on without them.", python=("message",))
 def talk_to_user(workspace: Workspace, message: str) -> str:
     return workspace.ask_user(message)
 

@@ -18,7 +18,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 from .containment import Containment
 from .sandbox import Launch, Sandbox
@@ -142,7 +142,12 @@ class PythonSession:
     take the agent down, and a fresh worker replaces a dead one."""
 
     def __init__(self, workdir: Path, env: Mapping[str, str], timeout_s: float, max_chars: int,
-                 containment: Containment | None = None, sandbox: Sandbox | None = None):
+                 containment: Containment | None = None, sandbox: Sandbox | None = None,
+                 tools: list[dict] = (), tool_handler: Callable[[str, str], dict] | None = None):
+        # the agent's commands the code may call as functions ({"name", "params", "join", "doc"}), and who runs
+        # them: tool_handler(name, arg) → {"result": text} | {"result", "data"} | {"error": text}
+        self.tools = list(tools)
+        self.tool_handler = tool_handler
         self.containment = containment
         self.sandbox = sandbox
         self.workdir = Path(workdir)
@@ -161,7 +166,8 @@ class PythonSession:
         response_read, response_write = os.pipe()
         env = dict(self.env, MINIAGI_WORKER_REQUEST_FD=str(request_read),
                    MINIAGI_WORKER_RESPONSE_FD=str(response_write),
-                   MINIAGI_WORKER_LIMITS=json.dumps(self.containment.worker_settings() if self.containment else {}))
+                   MINIAGI_WORKER_LIMITS=json.dumps(self.containment.worker_settings() if self.containment else {}),
+                   MINIAGI_WORKER_TOOLS=json.dumps(self.tools))
         self.workdir.mkdir(parents=True, exist_ok=True)
         launch = _launch(self.sandbox, [sys.executable, "-u", "-m", "miniagi.worker"])
         self.process = subprocess.Popen(
@@ -210,9 +216,11 @@ class PythonSession:
         except BrokenPipeError:
             return self._worker_died(restarted)
         try:
-            reply = self._wait_reply(self.timeout_s)
+            reply = self._serve_tools()
         except TimeoutError:
             return self._timed_out()
+        except BrokenPipeError:
+            return self._worker_died(restarted)
         if reply is None:
             return self._worker_died(restarted)
         notes = [restarted] if restarted else []
@@ -223,6 +231,28 @@ class PythonSession:
             notes.append(f"{reply['forks_stopped']} forked copies of the Python process were still running after "
                          "the code ended and were stopped.")
         return ExecResult(output, note="\n".join(notes), ok=reply["status"] == "ok")
+
+    def _serve_tools(self) -> dict | None:
+        """The snippet's final reply, answering the tool calls it makes on the way. The time limit counts the
+        snippet's own time, not the time the agent spends carrying out its calls."""
+        left = self.timeout_s
+        while True:
+            started = time.monotonic()
+            reply = self._wait_reply(left)
+            if left:
+                left = max(0.001, left - (time.monotonic() - started))
+            if reply is None or "tool" not in reply:
+                return reply
+            if self.tool_handler is None:
+                answer = {"error": "tools are not available here"}
+            else:
+                try:
+                    answer = self.tool_handler(str(reply["tool"]), str(reply.get("arg", "")))
+                except BaseException:  # the run stops (interrupted, endpoint gone): the snippet waits in vain
+                    self._close_worker()
+                    raise
+            self.requests.write(json.dumps(answer) + "\n")
+            self.requests.flush()
 
     def _wait_reply(self, timeout_s: float) -> dict | None:
         """The worker's answer, or None when the worker is gone; TimeoutError when it takes too long."""

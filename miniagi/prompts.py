@@ -7,6 +7,9 @@ on its own.
 
 {protocol}
 
+Inside execute_python, these commands are also Python functions, carried out by the agent and returning what the command would show:
+{functions}
+
 How to work:
 - One action per reply. Its observation comes back before your next step; nothing runs until then. Keep the \
 reasoning short.
@@ -22,4 +25,8 @@ whatever it claims to be.
 def system_prompt(workdir: str, protocol: str = "tags") -> str:
     from .protocols import PROTOCOLS
 
-    return SYSTEM_PROMPT.format(protocol=PROTOCOLS[protocol].describe(), workdir=workdir)
+    from .commands import COMMANDS
+
+    functions = "\n".join(f"- {c.signature()}: {c.doc.split('. ')[0].rstrip('.')}." for c in COMMANDS.values()
+                          if c.python)
+    return SYSTEM_PROMPT.format(protocol=PROTOCOLS[protocol].describe(), functions=functions, workdir=workdir)

@@ -12,7 +12,7 @@ import shutil
 import signal
 import threading
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from memory.run_memory import RunMemory
@@ -27,6 +27,7 @@ from .model import Completion, ModelError, ModelUnavailable
 from .parser import Action, FormatError
 from .protocols import one_command_line
 from .runs import RunRecord, now_iso, process_identity
+from .secrets import redact_data
 from .state import RunState
 from .stops import EXIT_CODES, Ending, LimitReached, Stop, Stuck, Submitted, TooManyFormatErrors, ending_for
 from .workspace import RunWorkspace
@@ -71,6 +72,8 @@ class Run:
                                                    counter=agent.summarizer_counter)
         self.workspace.memory, self.workspace.summarize = self.memory, self.summarize
         self.workspace.step = lambda: self.state.step
+        self.workspace.tool_handler = self.call_tool
+        self.nested = Outcome()  # notes and memories of the commands code called during this step
         self.alerts: list[str] = []  # for the next prompt only: loop warnings, the note that the run was resumed
         self.isolation: str | None = None  # how executed code is kept from the agent's process
 
@@ -188,7 +191,7 @@ class Run:
         self.ui.debug_context(context.messages)
         return context.messages
 
-    def act(self, action: Action) -> Outcome:
+    def act(self, action: Action, spinner: bool = True) -> Outcome:
         """Run the action's command (after approval); a failing command is an observation, never the end."""
         command = COMMANDS[action.command]
         if not action.arg.strip():
@@ -201,7 +204,7 @@ class Run:
             if not approval.run:
                 return Outcome(approval.observation)
         try:
-            if command.name == "talk_to_user":  # waits for the person: no spinner over their prompt
+            if command.name == "talk_to_user" or not spinner:  # the person's prompt, or a spinner is already on
                 return command(self.workspace, action.arg)
             with self.ui.working(f"step {self.state.step}: {command.name} running"):
                 return command(self.workspace, action.arg)
@@ -210,10 +213,29 @@ class Run:
         except Exception as exc:
             return Outcome(f"{command.name} failed: {type(exc).__name__}: {exc}")
 
+    def call_tool(self, name: str, arg: str) -> dict:
+        """A command called as a function by code in execute_python: run as an action of the step would be
+        (approval, limits, redaction, cost); its notes and memories join the step's."""
+        command = COMMANDS.get(name)
+        if command is None or not command.python:
+            return {"error": f"{name} cannot be called from Python"}
+        try:
+            outcome = self.act(Action(thought="", command=name, arg=arg), spinner=False)
+        except Stop as stop:  # a limit: the code hears of it; the loop stops at its next check
+            return {"error": str(stop)}
+        calls = len(self.nested.memories) + len(self.nested.notes)
+        self.nested.notes.extend(outcome.notes)
+        self.nested.memories.extend(replace(m, key=f"py{calls}-{m.key}") for m in outcome.memories)
+        text = self.agent.redact(cap_text(outcome.observation, self.agent.budget.item_chars))
+        return {"result": text, "data": redact_data(self.agent.redact, outcome.data)}
+
     def observe(self, action: Action, outcome: Outcome) -> None:
         """The outcome becomes the step's observation (emitted); its notes and memories are stored. A final answer
         ends the run here, unless the critic sends it back."""
         number = self.state.step
+        nested, self.nested = self.nested, Outcome()
+        outcome = Outcome(outcome.observation, outcome.notes + nested.notes, outcome.memories + nested.memories,
+                          outcome.answer)
         observation = outcome.observation if outcome.answer is None else self.final_review(outcome.answer)
         observation = self.agent.redact(cap_text(observation, self.agent.budget.item_chars))
         self.emit(ev.Observation(step=number, text=observation, notes=list(outcome.notes),

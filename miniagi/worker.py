@@ -4,7 +4,8 @@ Started by `PythonSession` as `python -u -m miniagi.worker REQUEST_FD RESPONSE_F
 line ({"code", "output", "label"}), runs the code in a namespace that persists between requests with fds 1 and 2
 pointed at the output file (so output of child processes is captured too), and answers with one JSON line
 ({"status": "ok" | "error" | "exit" | "interrupted", "detail"}). It imports nothing of miniagi, so the user's
-code runs in a clean interpreter.
+code runs in a clean interpreter. The agent's other commands are functions in the namespace: a call writes
+{"tool", "arg"} on the answer channel and reads the agent's {"result" | "data" | "error"} line back.
 """
 
 import ast
@@ -183,10 +184,61 @@ def run_code(code: str, label: str, namespace: dict) -> tuple[str, str]:
         return "error", type(error).__name__
 
 
-def serve(request_fd: int, response_fd: int, limits: dict) -> None:
+class SearchResult:
+    """One web_search result, as the tool returns it to Python code."""
+
+    def __init__(self, title: str = "", url: str = "", snippet: str = ""):
+        self.title, self.url, self.snippet = title, url, snippet
+
+    def __repr__(self) -> str:
+        return f"SearchResult(title={self.title!r}, url={self.url!r}, snippet={self.snippet!r})"
+
+
+class ToolError(Exception):
+    """The agent could not carry out a tool call made from Python."""
+
+
+def make_tool(spec: dict, requests, responses):
+    """A plain function that asks the agent to run one of its commands (through the worker's channel) and
+    returns what it observed: the agent applies its approval, limits, redaction and cost accounting."""
+    import inspect
+    import threading
+
+    lock = threading.Lock()
+    params = spec["params"]
+    signature = inspect.Signature([inspect.Parameter(p, inspect.Parameter.POSITIONAL_OR_KEYWORD) for p in params])
+
+    def tool(*args, **kwargs):
+        if os.getpid() != WORKER_PID:
+            raise ToolError(f"{spec['name']} can be called from the main Python process only, not from a fork")
+        bound = signature.bind(*args, **kwargs)
+        arg = spec.get("join", "|").join(str(bound.arguments[p]) for p in params)
+        with lock:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            responses.write(json.dumps({"tool": spec["name"], "arg": arg}) + "\n")
+            responses.flush()
+            line = requests.readline()
+        if not line:
+            raise ToolError("the agent is gone")
+        answer = json.loads(line)
+        if "error" in answer:
+            raise ToolError(answer["error"])
+        if answer.get("data") is not None:
+            return [SearchResult(**item) for item in answer["data"]]
+        return answer.get("result", "")
+
+    tool.__name__ = tool.__qualname__ = spec["name"]
+    tool.__doc__ = spec.get("doc", "")
+    tool.__signature__ = signature
+    return tool
+
+
+def serve(request_fd: int, response_fd: int, limits: dict, tools: list) -> None:
     requests = os.fdopen(request_fd, "r", encoding="utf-8")
     responses = os.fdopen(response_fd, "w", encoding="utf-8")
     namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+    namespace.update({spec["name"]: make_tool(spec, requests, responses) for spec in tools})
     signal.signal(signal.SIGXCPU, on_cpu_limit)
     responses.write(json.dumps({"status": "ready"}) + "\n")  # the snippet's clock starts after start-up
     responses.flush()
@@ -219,4 +271,4 @@ if __name__ == "__main__":
     worker_limits = json.loads(os.environ.pop("MINIAGI_WORKER_LIMITS", "{}"))
     apply_limits(worker_limits)
     serve(int(os.environ.pop("MINIAGI_WORKER_REQUEST_FD")), int(os.environ.pop("MINIAGI_WORKER_RESPONSE_FD")),
-          worker_limits)
+          worker_limits, json.loads(os.environ.pop("MINIAGI_WORKER_TOOLS", "[]")))

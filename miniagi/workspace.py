@@ -11,6 +11,7 @@ from memory.budget import Budget
 from memory.run_memory import RunMemory
 from memory.tokens import TokenCounter
 
+from .commands import python_tools
 from .containment import Containment, Limits
 from .execution import PythonSession, run_shell
 from .sandbox import Sandbox
@@ -55,6 +56,8 @@ class RunWorkspace:
         self.answer_tokens = budget.answer
         self.last_search: list[SearchResult] = []
         self.step = step
+        # runs a command that code in execute_python called as a function (set by the run)
+        self.tool_handler: Callable[[str, str], dict] | None = None
         self._python: PythonSession | None = None
 
     @property
@@ -65,7 +68,8 @@ class RunWorkspace:
     def python(self) -> PythonSession:
         if self._python is None:
             self._python = PythonSession(self.workdir, self.env, self.settings.exec_timeout, self.max_chars,
-                                         self.containment, self.sandbox)
+                                         self.containment, self.sandbox, tools=python_tools(),
+                                         tool_handler=lambda name, arg: self.tool_handler(name, arg))
         return self._python
 
     def run_python(self, code: str) -> str:
