@@ -9,9 +9,6 @@ import re
 import textwrap
 from dataclasses import dataclass
 
-FORMAT = ("<r>your reasoning, briefly</r><c>command</c>\n"
-          "argument (may span many lines)")
-
 _WHOLE_FENCE = re.compile(r"\A```[\w+.-]*[ \t]*\n(?P<body>.*)\n[ \t]*```\Z", re.S)
 _COMMAND = re.compile(r"<c>\s*(?P<name>[A-Za-z_][\w-]*)\s*</c>", re.I)
 _COMMAND_UNCLOSED = re.compile(r"<c>[ \t]*(?P<name>[A-Za-z_][\w-]*)[ \t]*(?:\n|\Z)", re.I)
@@ -55,8 +52,8 @@ def parse_reply(reply: str) -> Action:
 
     found = _COMMAND.search(text) or _COMMAND_UNCLOSED.search(text)
     if not found:
-        problem = ("it has <r>…</r> but no <c>command</c> tag" if "<r>" in text.lower()
-                   else "no <c>command</c> tag was found")
+        problem = ("it has <r>…</r> but no command tag <c>…</c>" if "<r>" in text.lower()
+                   else "no command tag <c>…</c> was found")
         raise FormatError(problem, reply)
 
     before, rest = text[:found.start()], text[found.end():]

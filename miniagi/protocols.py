@@ -109,8 +109,8 @@ class TagsProtocol(Protocol):
     def describe(self) -> str:
         return f"""Each reply is exactly ONE action, in this form:
 
-<r>your reasoning, briefly</r><c>command</c>
-argument (may span many lines)
+<r>your reasoning, briefly</r><c>a command's name</c>
+its argument (may span many lines)
 
 The commands:
 {command_list()}

@@ -138,7 +138,7 @@ def test_retries_after_429_and_500_then_succeeds(cli, llm, isolated):
 
 
 def test_endpoint_failing_past_the_retries_exits_2_and_is_resumable(cli, llm, isolated):
-    llm.add(act("memorize_thoughts", "step one done"), *[Fail(500, {"Retry-After": "0"})] * 5)
+    llm.add(act("memorize_thoughts", "step one done"), *[Fail(503, {"Retry-After": "0"})] * 5)
     proc = cli("fragile")
     assert proc.returncode == 2, proc.stderr
     directory, result, _ = load_run(isolated.home)
@@ -147,6 +147,14 @@ def test_endpoint_failing_past_the_retries_exits_2_and_is_resumable(cli, llm, is
     llm.add(act("done", "recovered"))
     proc = cli("resume", directory.name)
     assert proc.returncode == 0 and proc.stdout.strip() == "recovered"
+
+
+def test_the_same_server_error_twice_is_not_retried_further(cli, llm, isolated):
+    """A 500 that says the request is wrong ("Conversation roles must alternate") comes back the same each time."""
+    llm.add(*[Fail(500, {"Retry-After": "0"}, "Conversation roles must alternate user/assistant")] * 5)
+    proc = cli("fragile")
+    assert proc.returncode == 2 and "twice with the same error" in proc.stderr, proc.stderr
+    assert len(llm.requests) == 2
 
 
 def test_endpoint_error_that_retrying_cannot_fix_exits_2(cli, llm, isolated):
