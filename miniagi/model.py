@@ -7,7 +7,6 @@ dropped connections with bounded backoff. `ScriptedModel` answers from a list, f
 from __future__ import annotations
 
 import json
-import random
 import re
 import time
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Protocol, Union
 
 from .config import ConfigError, Endpoint
+from .retry import Backoff, retry_after
 
 Message = dict  # {"role": "system" | "user" | "assistant" | "tool", "content": str, …}
 
@@ -149,8 +149,8 @@ def _count_prompt_tokens(messages: list[Message], model: str) -> int:
 class OpenAIModel:
     """Any OpenAI-compatible chat endpoint (OpenAI, Ollama, vLLM, llama.cpp server, LM Studio, gateways)."""
 
-    def __init__(self, endpoint: Endpoint, prices: PriceTable | None = None, *, retries: int = 4,
-                 backoff_s: float = 0.5, request_timeout_s: float = 120.0, timeout_retries: int = 1,
+    def __init__(self, endpoint: Endpoint, prices: PriceTable | None = None, *, backoff: Backoff = Backoff(),
+                 request_timeout_s: float = 120.0, timeout_retries: int = 1,
                  on_retry: Callable[[str], None] | None = None):
         import httpx
         import openai
@@ -158,17 +158,17 @@ class OpenAIModel:
         endpoint.check()
         self.endpoint = endpoint
         self.prices = prices or PriceTable()
-        self.retries = retries
+        self.backoff = backoff
+        self.retries = backoff.attempts - 1
         self.timeout_retries = timeout_retries  # a silent endpoint costs request_timeout_s per try: few tries
         self.request_timeout_s = request_timeout_s
         self.on_retry = on_retry  # told about each wait, so a 10 s Retry-After does not look like a hang
         self._refused: dict[str, set[str]] = {}  # model → request parameters the endpoint rejected for it
-        self.backoff_s = backoff_s
         # a local server needs no key, but the client insists on one
         self.client = openai.OpenAI(
             api_key=endpoint.api_key or "not-needed",
             base_url=endpoint.base_url,
-            max_retries=0,  # we retry ourselves, so every attempt is bounded and visible
+            max_retries=0,  # we retry ourselves (retry.py says why), so every attempt is bounded and visible
             # no byte for request_timeout_s (between bytes, not in all): a hung server is caught, and a long
             # generation that is still sending is not cut
             timeout=httpx.Timeout(request_timeout_s, connect=min(10.0, request_timeout_s)),
@@ -320,17 +320,8 @@ class OpenAIModel:
                           tool_calls=calls)
 
     def _delay(self, attempt: int, exc: Exception) -> float:
-        """The server's Retry-After when it gives one (capped), else exponential backoff with jitter."""
         response = getattr(exc, "response", None)
-        headers = getattr(response, "headers", None) or {}
-        for header, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
-            value = headers.get(header)
-            if value is not None:
-                try:
-                    return min(60.0, max(0.0, float(value) * scale))
-                except ValueError:
-                    pass
-        return self.backoff_s * (2 ** attempt) * (0.75 + random.random() / 2)
+        return self.backoff.delay(attempt, retry_after(getattr(response, "headers", None)))
 
 
 def format_name(response_format: dict) -> str:

@@ -11,9 +11,11 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
+from .retry import Backoff
+
 SEARCH_DEADLINE_S = 12.0
 ATTEMPT_TIMEOUT_S = 5
-RATE_LIMIT_BACKOFF_S = (1.0, 3.0)
+RATE_LIMITED = Backoff(attempts=3, base_s=1.0)  # a rate-limited search is tried again, within the deadline
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,7 @@ def search(backend: SearchBackend, query: str, max_results: int = 5,
     started = time.monotonic()
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="web-search")
     try:
-        for attempt in range(len(RATE_LIMIT_BACKOFF_S) + 1):
+        for attempt in range(RATE_LIMITED.attempts):
             remaining = deadline_s - (time.monotonic() - started)
             if remaining <= 0:
                 break
@@ -73,9 +75,9 @@ def search(backend: SearchBackend, query: str, max_results: int = 5,
             except concurrent.futures.TimeoutError:
                 raise SearchUnavailable(f"no answer within {deadline_s:g} s") from None
             except RateLimited:
-                if attempt == len(RATE_LIMIT_BACKOFF_S):
+                if attempt == RATE_LIMITED.attempts - 1:
                     raise SearchUnavailable("the search engine is rate limiting us") from None
-                time.sleep(min(RATE_LIMIT_BACKOFF_S[attempt], max(0.0, deadline_s - (time.monotonic() - started))))
+                time.sleep(min(RATE_LIMITED.delay(attempt), max(0.0, deadline_s - (time.monotonic() - started))))
             except SearchUnavailable:
                 raise
             except Exception as exc:  # a backend's own failure is still just "unavailable" to the agent

@@ -101,7 +101,7 @@ class FakeSearch:
 
 
 def test_search_retries_rate_limits_and_gives_up_on_a_hang(monkeypatch):
-    monkeypatch.setattr(websearch, "RATE_LIMIT_BACKOFF_S", (0.01, 0.01))
+    monkeypatch.setattr(websearch, "RATE_LIMITED", websearch.Backoff(attempts=3, base_s=0.01))
     backend = FakeSearch(RateLimited("slow down"), [SearchResult("T", "http://x", "s")])
     assert search(backend, "q")[0].title == "T" and len(backend.queries) == 2
     with pytest.raises(SearchUnavailable, match="rate limiting"):
