@@ -22,6 +22,7 @@ COMMAND_HELP = {
     "memory": "inspect the persistent memory: search \"QUERY\" | stats | clear",
     "batch": "run the objectives of a file unattended, in parallel",
     "replay": "re-drive a recorded run with its recorded model replies: no model calls",
+    "ui": "watch and inspect runs in a browser (pip install \"miniagi[ui]\")",
     "chat": "an interactive session: each line is the next objective; Python state, memory and summary carry over",
 }
 
@@ -116,6 +117,13 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--workdir", default=None, help="run the commands here instead of the recorded workdir")
     replay.add_argument("--home", default=None, help="where runs live [MINIAGI_HOME]")
     replay.add_argument("--json", action="store_true", help="print the report as one JSON object")
+
+    ui = commands.add_parser("ui", help=COMMAND_HELP["ui"], description=COMMAND_HELP["ui"] + ": the runs, each run "
+                             "step by step (live while it runs), batches and the memory. Read-only.")
+    ui.add_argument("--host", default="127.0.0.1", help="where to listen (default 127.0.0.1: this machine only)")
+    ui.add_argument("--port", type=int, default=8765, help="default 8765")
+    ui.add_argument("--open", action="store_true", help="open it in the browser")
+    ui.add_argument("--home", default=None, help="where runs live [MINIAGI_HOME]")
 
     memory = commands.add_parser("memory", help=COMMAND_HELP["memory"], description=COMMAND_HELP["memory"])
     memory.add_argument("action", choices=("search", "stats", "clear"))
@@ -331,6 +339,23 @@ def _memory_action(args: argparse.Namespace, vectors, settings, where, redact) -
     return 0
 
 
+def cmd_ui(args: argparse.Namespace) -> int:
+    try:
+        from .webui.app import serve
+    except ImportError as exc:
+        raise ConfigError(f"the web UI needs its extra: pip install \"miniagi[ui]\" ({exc.name} is missing)") from None
+    from .config import read_dotenv
+    from .secrets import Redactor
+
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"miniagi: warning: the UI listens on {args.host}: anyone who can reach this machine on port "
+              f"{args.port} can read every run", file=sys.stderr)
+    home = resolve_settings({"home": args.home}).home_path
+    print(f"miniagi ui: http://{args.host}:{args.port}/ (runs under {home}; Ctrl-C stops it)", file=sys.stderr)
+    serve(home, args.host, args.port, args.open, Redactor(os.environ, read_dotenv()))
+    return 0
+
+
 def _store(args: argparse.Namespace):
     from .runs import RunStore
 
@@ -341,7 +366,7 @@ def _store(args: argparse.Namespace):
 UNUSABLE_PLACE = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EEXIST, errno.EISDIR}
 
 HANDLERS = {"run": cmd_run, "resume": cmd_resume, "runs": cmd_runs, "show": cmd_show, "memory": cmd_memory,
-            "batch": cmd_batch, "replay": cmd_replay, "chat": cmd_chat}
+            "batch": cmd_batch, "replay": cmd_replay, "chat": cmd_chat, "ui": cmd_ui}
 
 
 def compact_malloc() -> None:
