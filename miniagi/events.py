@@ -88,14 +88,16 @@ class Action(Event):
 @dataclass
 class Observation(Event):
     type: ClassVar[str] = "observation"
-    text: str = ""  # what the command produced
+    text: str = ""  # the observation as the model sees it
     notes: list | None = optional()  # what the step memorized (None in traces older than this field)
-    note: str | None = optional()  # what the model is told about how its reply was read (shown after the text)
+    note: str | None = optional()  # the part of text that says how the reply was read (at its end), not output
 
     @property
-    def shown(self) -> str:
-        """The observation as the model sees it."""
-        return f"{self.text}\n\n{self.note}" if self.note else self.text
+    def output(self) -> str:
+        """What the command itself produced: the text without the note."""
+        if self.note and self.text.endswith(f"\n\n{self.note}"):
+            return self.text[:-len(self.note) - 2]
+        return self.text
 
 
 @dataclass

@@ -23,7 +23,7 @@ from typing import Callable, Mapping
 from .containment import Containment
 from .sandbox import Launch, Sandbox
 
-INTERRUPT_GRACE_S = 2.0
+INTERRUPT_GRACE_S = 5.0  # for the snippet to answer an interrupt (a loaded machine, a fork bomb being reaped)
 WORKER_START_S = 120.0  # a worker's start-up (not counted in --exec-timeout: a loaded machine can be slow)
 
 

@@ -21,11 +21,16 @@ ERROR = re.compile(r"Traceback \(most recent call last\)|\b\w*Error\b|exit code 
 
 
 # where an error happened, not what it is: "line 189", "file.py:12:", "<step 7>" differ between the same errors
+# (only error lines are compared this way: in plain output such numbers are what tells two results apart)
 _PLACE = re.compile(r"\b(line|step) \d+|:\d+(:\d+)?(?=[:\s]|$)|<step \d+>", re.I)
 
 
 def _key(text: str) -> str:
-    return _PLACE.sub(_placeholder, " ".join(text.split())[:4000])
+    return " ".join(text.split())[:4000]
+
+
+def _where_removed(line: str) -> str:
+    return _PLACE.sub(_placeholder, " ".join(line.split()))
 
 
 def _placeholder(match: re.Match) -> str:
@@ -39,7 +44,7 @@ def error_signature(observation: str) -> str | None:
     is not just an exit code. None when the observation reports no error."""
     if not ERROR.search(observation):
         return None
-    lines = [_key(line) for line in observation.splitlines() if line.strip()]
+    lines = [_where_removed(line) for line in observation.splitlines() if line.strip()]
     for line in reversed(lines):
         if re.match(r"^[\w.]*(Error|Exception|Interrupt|Exit)\b", line):
             return line

@@ -73,7 +73,7 @@ class Recording:
             elif isinstance(event, ev.ModelCall):
                 others.setdefault(event.role, []).append(Response.of(event))
             elif isinstance(event, ev.Observation):
-                observations[event.step] = event.shown
+                observations[event.step] = event.text
             elif isinstance(event, ev.FormatError):
                 observations[event.step] = event.error
             elif isinstance(event, ev.Action):

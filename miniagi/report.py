@@ -74,7 +74,7 @@ def print_run(record: RunRecord, raw: bool = False, as_json: bool = False) -> No
                 console.print(Text(f"thought: {event.thought}", style="italic"))
             console.print(Text("argument:\n" + _indent(event.arg), style="yellow"))
         elif isinstance(event, ev.Observation):
-            console.print(Text("observation:\n" + _indent(event.shown), style="dim"))
+            console.print(Text("observation:\n" + _indent(event.text), style="dim"))
         elif isinstance(event, ev.FormatError):
             console.print()
             console.print(Text(f"step {step} format error", style="bold red"))

@@ -238,8 +238,9 @@ class Run:
                           outcome.answer)
         observation = outcome.observation if outcome.answer is None else self.final_review(outcome.answer)
         observation = self.agent.redact(cap_text(observation, self.agent.budget.item_chars))
-        self.emit(ev.Observation(step=number, text=observation, notes=list(outcome.notes),
-                                 note=self.agent.redact(action.note) or None))
+        note = self.agent.redact(action.note)
+        self.emit(ev.Observation(step=number, text=f"{observation}\n\n{note}" if note else observation,
+                                 notes=list(outcome.notes), note=note or None))
         notes = [self.memory.item("note", note, number, suffix=str(i) if i else "")
                  for i, note in enumerate(outcome.notes)]
         self.remember(self.memory.step_item(self.state.steps[-1]), *notes,

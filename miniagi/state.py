@@ -96,12 +96,12 @@ class RunState:
             return
         notes = event.notes if event.notes is not None else (
             [action.arg] if action.command == LEGACY_NOTE_COMMAND else [])
-        record = self.make_record(action.step, action.thought, action.command, action.arg, event.shown,
+        record = self.make_record(action.step, action.thought, action.command, action.arg, event.text,
                                   notes=tuple(notes))
         self.steps.append(record)
         self.notes.extend(notes)
         self.format_errors_in_a_row = 0
-        self.repeats = self.loops.observe(action.command, action.arg, event.text)  # the command's own output
+        self.repeats = self.loops.observe(action.command, action.arg, event.output)  # the command's own output
         self.pending = None
 
     def _on_FormatError(self, event: ev.FormatError) -> None:

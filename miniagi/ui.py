@@ -107,7 +107,7 @@ class Terminal:
         if isinstance(event, ev.Action):
             self.action(event.step, event.thought, event.command, event.arg, cost_usd)
         elif isinstance(event, ev.Observation):
-            self.observation(event.shown)
+            self.observation(event.text)
         elif isinstance(event, ev.FormatError):
             problem = event.error.splitlines()[0].removeprefix("Your reply could not be used: ").rstrip(".")
             self.warn(f"step {event.step}: the reply could not be used: {problem}")
