@@ -15,7 +15,7 @@ import time
 import httpx
 import pytest
 
-from .conftest import act, run_dirs
+from .conftest import MEMORY_ON, act, run_dirs
 
 HOSTILE = "<script>window.pwned=1</script>"
 
@@ -46,9 +46,9 @@ def ui(isolated):
     thread.join()
 
 
-def make_run(cli, llm, objective="Count the files", thought=f"look at {HOSTILE} first"):
+def make_run(cli, llm, objective="Count the files", thought=f"look at {HOSTILE} first", env=None):
     llm.add(act("execute_python", "print('observed-' * 3)", thought), act("done", "There are 3 files."))
-    proc = cli("-y", "--unattended", objective)
+    proc = cli("-y", "--unattended", objective, env=env)
     assert proc.returncode == 0, proc.stderr
 
 
@@ -74,7 +74,7 @@ def test_the_endpoints_list_show_and_follow_runs(cli, llm, isolated, ui):
 
 
 def test_the_batch_and_memory_pages(cli, llm, isolated, ui, tmp_path):
-    make_run(cli, llm)
+    make_run(cli, llm, env=MEMORY_ON)
     (run,) = run_dirs(isolated.home)
     results = tmp_path / "jobs-txt-results" / "results.jsonl"
     results.parent.mkdir()
@@ -84,8 +84,9 @@ def test_the_batch_and_memory_pages(cli, llm, isolated, ui, tmp_path):
     page = httpx.get(ui + "/batch", params={"file": str(results.parent)}).text
     assert "2 objectives" in page and f'href="/runs/{run.name}"' in page and HOSTILE not in page
     assert "1 done" in page and "1 error" in page
-    memory = httpx.get(ui + "/memory", params={"q": "files"}, timeout=60).text
-    assert "Memory" in memory and HOSTILE not in memory
+    memory = httpx.get(ui + "/memory", params={"q": "how many files are there"}, timeout=60).text
+    assert "There are 3 files." in memory and f'href="/runs/{run.name}"' in memory  # each hit says where it is from
+    assert HOSTILE not in memory
 
 
 def test_ui_warns_when_it_listens_beyond_this_machine(cli):
