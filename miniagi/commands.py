@@ -1,8 +1,9 @@
 """The commands the model can use: plain functions registered in one table.
 
-The system prompt's command list (and the tools protocol's tool schemas) is generated from COMMANDS, so adding a command is writing one function. A command
-acts through the narrow `Workspace` protocol below (never on the agent itself) and returns its observation as text,
-or an `Outcome` when it also leaves notes, memories or the final answer, which the loop applies.
+The system prompt's command list, the tools protocol's schemas and the functions code can call are generated from
+COMMANDS, so adding a command is writing one function. A command acts through the narrow `Workspace` protocol
+below (never on the agent itself) and returns its observation as text, or an `Outcome` when it also leaves notes,
+memories, data or the final answer, which the loop applies.
 """
 
 from __future__ import annotations

@@ -46,7 +46,8 @@ def _user_process_count() -> int:
     import psutil
 
     uid = os.getuid()
-    return sum(1 for process in psutil.process_iter(["uids"]) if process.info["uids"] and process.info["uids"].real == uid)
+    return sum(1 for process in psutil.process_iter(["uids"])
+               if process.info["uids"] and process.info["uids"].real == uid)
 
 
 def _cgroup_roots() -> list[Path]:

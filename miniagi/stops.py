@@ -62,7 +62,8 @@ def ending_for(exc: BaseException, run_id: str, *, first_call_made: bool) -> End
     if isinstance(exc, ConfigError):  # the endpoint refused us (bad key, unknown model)
         return Ending("error", str(exc), 2, discard=not first_call_made)
     if isinstance(exc, KeyboardInterrupt):
-        return Ending("interrupted", f"interrupted; `miniagi resume {run_id}` continues the run", EXIT_CODES["interrupted"])
+        return Ending("interrupted", f"interrupted; `miniagi resume {run_id}` continues the run",
+                      EXIT_CODES["interrupted"])
     if isinstance(exc, ContextOverflow):  # the fixed parts of the prompt grew past the budget mid-run
         return Ending("error", f"{exc}. The run is saved: {resume} (give a larger --max-context-tokens).", 1)
     if isinstance(exc, OSError):  # most likely the disk: full, or a file size limit

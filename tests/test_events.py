@@ -26,8 +26,8 @@ def field_strategy(spec: dataclasses.Field):
 
 def event_strategy(cls: type[ev.Event]):
     names = {spec.name for spec in dataclasses.fields(cls)}
-    extra = st.dictionaries(st.text("abcdefgh", min_size=1, max_size=6).map(lambda key: f"x_{key}"), TEXT | st.integers(),
-                            max_size=2)
+    keys = st.text("abcdefgh", min_size=1, max_size=6).map(lambda key: f"x_{key}")
+    extra = st.dictionaries(keys, TEXT | st.integers(), max_size=2)
     return st.builds(cls, extra=extra, **{spec.name: field_strategy(spec) for spec in dataclasses.fields(cls)
                                           if spec.name != "extra" and spec.name in names})
 
@@ -93,7 +93,8 @@ def run_events(draw) -> list[ev.Event]:
     for _ in range(draw(st.integers(0, 14))):
         step += 1
         events.append(ev.ModelCall(step=step, response=draw(TEXT), prompt_tokens=draw(st.integers(0, 9000)),
-                                   completion_tokens=draw(st.integers(0, 500)), cached_tokens=draw(st.integers(0, 9000)),
+                                   completion_tokens=draw(st.integers(0, 500)),
+                                   cached_tokens=draw(st.integers(0, 9000)),
                                    cost_usd=draw(st.sampled_from([0.0, 0.001, 0.25])),
                                    saved_usd=draw(st.sampled_from([0.0, 0.0005]))))
         if draw(st.integers(0, 5)) == 0:
