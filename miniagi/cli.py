@@ -46,6 +46,13 @@ def _add_run_options(parser: argparse.ArgumentParser, with_json: bool = True) ->
         parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
 
 
+def _add_follow_options(parser: argparse.ArgumentParser, what: str) -> None:
+    follow = parser.add_mutually_exclusive_group()
+    follow.add_argument("-c", "--continue", dest="follow_newest", action="store_true",
+                        help=f"{what} the newest run: its objective, answer, summary and notes are in context")
+    follow.add_argument("--cid", default=None, metavar="RUN_ID", help=f"{what} the given run")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="miniagi",
@@ -58,19 +65,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help=COMMAND_HELP["run"], description=COMMAND_HELP["run"])
     run.add_argument("objective", nargs="+", help="what the agent should achieve (- reads it from stdin)")
-    follow = run.add_mutually_exclusive_group()
-    follow.add_argument("-c", "--continue", dest="follow_newest", action="store_true",
-                        help="a follow-up of the newest run: its objective, answer, summary and notes are in context")
-    follow.add_argument("--cid", default=None, metavar="RUN_ID", help="a follow-up of the given run")
+    _add_follow_options(run, "a follow-up of")
     _add_run_options(run)
 
     chat = commands.add_parser("chat", help=COMMAND_HELP["chat"], description=COMMAND_HELP["chat"] + ". Every "
                                "objective is a run of its own, linked to the one before. Ctrl-D (or an end of "
                                "input) ends the session.")
-    follow = chat.add_mutually_exclusive_group()
-    follow.add_argument("-c", "--continue", dest="follow_newest", action="store_true",
-                        help="start as a follow-up of the newest run")
-    follow.add_argument("--cid", default=None, metavar="RUN_ID", help="start as a follow-up of the given run")
+    _add_follow_options(chat, "start as a follow-up of")
     _add_run_options(chat)
 
     resume = commands.add_parser("resume", help=COMMAND_HELP["resume"],

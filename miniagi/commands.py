@@ -98,6 +98,11 @@ class Command:
     def signature(self) -> str:
         return f"{self.name}({', '.join(self.python)}) -> {self.returns}"
 
+    @property
+    def summary(self) -> str:
+        """The doc's first sentence (a Python function's docstring, the prompt's list of functions)."""
+        return self.doc.split(". ")[0].rstrip(".") + "."
+
     def __call__(self, workspace: Workspace, arg: str) -> Outcome:
         result = self.run(workspace, arg)
         return result if isinstance(result, Outcome) else Outcome(observation=result)
@@ -117,7 +122,7 @@ def command(name: str, arg: str, doc: str, needs_approval: bool = False, python:
 
 def python_tools() -> list[dict]:
     """The commands code can call from execute_python, for the Python worker."""
-    return [{"name": c.name, "params": list(c.python), "join": "|", "doc": c.doc.split(". ")[0] + "."}
+    return [{"name": c.name, "params": list(c.python), "join": "|", "doc": c.summary}
             for c in COMMANDS.values() if c.python]
 
 

@@ -18,12 +18,12 @@ from typing import Any, ClassVar
 @dataclass
 class Event:
     type: ClassVar[str] = ""
+    tag: ClassVar[dict] = {}  # what tells apart types that share a name (the critic's "kind")
     step: int = 0
     extra: dict = field(default_factory=dict, repr=False)  # keys this version does not know, kept as they were
 
     def to_json(self) -> dict:
-        data: dict[str, Any] = {"type": self.type}
-        data.update(self._discriminator())
+        data: dict[str, Any] = {"type": self.type, **self.tag}
         for spec in fields(self):
             value = getattr(self, spec.name)
             if spec.name == "extra" or (value is None and spec.metadata.get("omit_none")):
@@ -32,15 +32,12 @@ class Event:
         data.update({k: v for k, v in self.extra.items() if k not in data})
         return data
 
-    def _discriminator(self) -> dict:
-        return {}
-
     @classmethod
     def from_json(cls, data: dict) -> "Event":
         names = {spec.name for spec in fields(cls)} - {"extra"}
         known = {key: value for key, value in data.items() if key in names}
         extra = {key: value for key, value in data.items()
-                 if key not in names and key != "type" and key not in cls._discriminator(cls)}
+                 if key not in names and key != "type" and key not in cls.tag}
         return cls(**known, extra=extra)
 
 
@@ -123,21 +120,17 @@ class Recall(Event):
 @dataclass
 class CriticReview(Event):
     type: ClassVar[str] = "critic"
+    tag: ClassVar[dict] = {"kind": "review"}
     text: str = ""
     loop: bool = False
-
-    def _discriminator(self) -> dict:
-        return {"kind": "review"}
 
 
 @dataclass
 class CriticVerdict(Event):
     type: ClassVar[str] = "critic"
+    tag: ClassVar[dict] = {"kind": "final"}
     accepted: bool = True
     text: str = ""
-
-    def _discriminator(self) -> dict:
-        return {"kind": "final"}
 
 
 @dataclass

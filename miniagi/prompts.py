@@ -23,10 +23,8 @@ whatever it claims to be.
 
 
 def system_prompt(workdir: str, protocol: str = "tags") -> str:
+    from .commands import COMMANDS
     from .protocols import PROTOCOLS
 
-    from .commands import COMMANDS
-
-    functions = "\n".join(f"- {c.signature()}: {c.doc.split('. ')[0].rstrip('.')}." for c in COMMANDS.values()
-                          if c.python)
+    functions = "\n".join(f"- {c.signature()}: {c.summary}" for c in COMMANDS.values() if c.python)
     return SYSTEM_PROMPT.format(protocol=PROTOCOLS[protocol].describe(), functions=functions, workdir=workdir)

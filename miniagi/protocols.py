@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import functools
 import inspect
 import json
 import subprocess
@@ -30,6 +31,7 @@ EXAMPLE_RESULT = "299"
 EXAMPLE_ANSWER = "There are 299 days between 2024-03-01 and 2024-12-25."
 
 
+@functools.cache
 def parameter(command: Command) -> str:
     """The name of a command's argument: its function's own name for it (code, query, answer…)."""
     names = list(inspect.signature(command.run).parameters)
@@ -131,6 +133,7 @@ class ToolsProtocol(Protocol):
     how = ("Call exactly one of the tools (functions) per reply, with its arguments as a JSON object; write your "
            "reasoning briefly in the message text. To finish, call done with the complete final answer.")
 
+    @functools.cache  # the command table does not change during a run: built once, not every step
     def request(self) -> dict:
         return {"tools": [{"type": "function", "function": {
             "name": c.name, "description": c.doc,
@@ -188,6 +191,7 @@ class JsonProtocol(Protocol):
     how = ('Reply with exactly one JSON object and nothing else, for example:\n{"thought": "I want to know which '
            'Python version is installed.", "command": "execute_shell", "arg": "python3 --version"}')
 
+    @functools.cache
     def request(self) -> dict:
         schema = {"type": "object", "properties": {"thought": {"type": "string"},
                                                    "command": {"type": "string", "enum": list(COMMANDS)},

@@ -137,19 +137,21 @@ class Redactor:
         """A prompt's messages, redacted. Prompts grow by appending, so all but the newest messages were seen
         the step before: their redacted text is kept, not worked out again."""
         seen, self._seen = self._seen, {}
+
+        def clean(text: str) -> str:
+            result = seen.get(text)
+            if result is None:
+                result = self(text)
+            self._seen[text] = result
+            return result
+
         redacted = []
         for message in messages:
-            content = message.get("content")
             if message.get("tool_calls"):  # a native tool call's arguments are text the model sees, like content
-                message = dict(message, tool_calls=redact_data(self, message["tool_calls"]))
-            if not isinstance(content, str):
-                redacted.append(message)
-                continue
-            clean = seen.get(content)
-            if clean is None:
-                clean = self(content)
-            self._seen[content] = clean
-            redacted.append(dict(message, content=clean))
+                message = dict(message, tool_calls=redact_data(clean, message["tool_calls"]))
+            if isinstance(message.get("content"), str):
+                message = dict(message, content=clean(message["content"]))
+            redacted.append(message)
         return redacted
 
 

@@ -118,16 +118,20 @@ def create_app(home: Path, redact=lambda text: text) -> Starlette:
         return page("batch.html", file=str(path) if rows or problem else "", rows=rows, counts=counts,
                     problem=problem)
 
+    memory: list = []  # the vector memory, opened (with its embedder) on the first search and kept
+
     async def memory_page(request: Request):
         query = request.query_params.get("q", "").strip()
         hits, problem = [], ""
         if query:
             try:
-                from ..agent import open_vector_memory
-                from ..config import Settings
+                if not memory:
+                    from ..agent import open_vector_memory
+                    from ..config import Settings
 
-                vectors = open_vector_memory(Settings(home=str(home), memory_scope="global"), {}, None, redact)
-                hits = vectors.search(query, 10)
+                    memory.append(open_vector_memory(Settings(home=str(home), memory_scope="global"), {}, None,
+                                                     redact))
+                hits = memory[0].search(query, 10)
             except Exception as exc:  # no memory yet, or a store that cannot be opened
                 problem = f"{type(exc).__name__}: {exc}"
         return page("memory.html", query=query, hits=hits, problem=problem)
