@@ -24,7 +24,7 @@ from .prompts import system_prompt
 from .protocols import PROTOCOLS
 from .run import Run, RunResult
 from .runs import RunStore, now_iso
-from .secrets import Redactor
+from .redaction import Redactor
 from .state import RunState
 from .ui import Terminal
 from .workspace import RunWorkspace

@@ -23,7 +23,7 @@ from rich.text import Text
 
 from .config import OPTIONS_BY_NAME, ConfigError, Settings, read_dotenv
 from .runs import now_iso
-from .secrets import Redactor, redact_data
+from .redaction import Redactor, redact_data
 from .ui import make_console
 
 

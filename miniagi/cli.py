@@ -301,7 +301,7 @@ class MemoryUnavailable(Exception):
 def cmd_memory(args: argparse.Namespace) -> int:
     from .agent import open_vector_memory
     from .config import read_dotenv
-    from .secrets import Redactor
+    from .redaction import Redactor
 
     settings = resolve_settings({"home": args.home, "embedding_model": args.embedding_model,
                                  "memory_url": args.memory_url})
@@ -346,7 +346,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise ConfigError(f"the web UI needs its extra: pip install \"miniagi[ui]\" ({exc.name} is missing)") from None
     from .config import read_dotenv
-    from .secrets import Redactor
+    from .redaction import Redactor
 
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"miniagi: warning: the UI listens on {args.host}: anyone who can reach this machine on port "

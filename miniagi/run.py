@@ -27,7 +27,7 @@ from .model import Completion, ModelError, ModelUnavailable
 from .parser import Action, FormatError
 from .protocols import one_command_line
 from .runs import RunRecord, now_iso, process_identity
-from .secrets import redact_data
+from .redaction import redact_data
 from .state import RunState
 from .stops import EXIT_CODES, Ending, LimitReached, Stop, Stuck, Submitted, TooManyFormatErrors, ending_for
 from .workspace import RunWorkspace

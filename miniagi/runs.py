@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from .config import ConfigError
-from .secrets import redact_data
+from .redaction import redact_data
 
 STATUSES = ("done", "limit", "format_error", "stuck", "error", "interrupted", "running")
 

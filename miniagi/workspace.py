@@ -15,7 +15,7 @@ from .commands import python_tools
 from .containment import Containment, Limits
 from .execution import PythonSession, run_shell
 from .sandbox import Sandbox
-from .secrets import child_environment
+from .redaction import child_environment
 from .sources import Document, read_source
 from .websearch import SearchBackend, SearchResult, search
 

@@ -56,7 +56,7 @@ def bench_help(repeats: int = 10) -> float:
 def bench_exec(repeats: int = 300) -> float:
     from miniagi.containment import Containment, Limits
     from miniagi.execution import PythonSession
-    from miniagi.secrets import child_environment
+    from miniagi.redaction import child_environment
 
     with tempfile.TemporaryDirectory() as tmp:
         containment = Containment(Limits())

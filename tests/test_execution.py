@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from miniagi.execution import PythonSession, cap_text, run_shell
-from miniagi.secrets import child_environment
+from miniagi.redaction import child_environment
 
 
 def test_cap_text_keeps_head_and_tail_and_says_how_much_was_cut():

@@ -8,7 +8,7 @@ import codecs
 from hypothesis import given
 from hypothesis import strategies as st
 
-from miniagi.secrets import Redactor, child_environment, is_secret_name, redact_data
+from miniagi.redaction import Redactor, child_environment, is_secret_name, redact_data
 
 ENVIRONMENT = {
     "PATH": "/usr/bin", "LANG": "C.UTF-8", "LC_ALL": "C", "TZ": "UTC", "HOME": "/root", "PWD": "/work",
