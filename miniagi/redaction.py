@@ -50,17 +50,19 @@ SHAPES: tuple[re.Pattern, ...] = tuple(re.compile(p) for p in (
     r"\bAIza[0-9A-Za-z_\-]{30,}",  # Google API key
     r"\bhf_[A-Za-z0-9]{30,}",  # Hugging Face
     r"\bglpat-[A-Za-z0-9_\-]{20,}",  # GitLab
-    r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",  # JWT
+    r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",  # JWT
     r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9/_\-]+",
     r"https://(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks/[0-9]+/[A-Za-z0-9_\-]+",
     r"https://[a-z0-9.-]*webhook\.office\.com/[^\s\"'<>]+",
     r"(?i)(?<=\bbearer )[A-Za-z0-9._~+/\-]{16,}=*",
 ))
+# Every pattern is linear in the text's length: a pattern whose first part repeats a character class starts only
+# where a run of that class starts (the look-behind), never inside it, or `a.a.a…` would be scanned once per letter.
 # a password inside a URL: scheme://user:PASSWORD@host
-URL_PASSWORD = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.\-]*://[^\s:/@\"'<>]*:)([^\s@/\"'<>]+)(@)")
+URL_PASSWORD = re.compile(r"(?<![a-zA-Z0-9+.\-])([a-zA-Z0-9+.\-]+://[^\s:/@\"'<>]*:)([^\s@/\"'<>]+)(@)")
 # NAME=value, NAME: value, "name": "value" — redacted when the name says it is a secret
 ASSIGNMENT = re.compile(
-    r"(?P<name>\b[A-Za-z_][A-Za-z0-9_.\-]*)(?P<quote1>[\"']?)(?P<sep>\s*[=:]\s*)(?P<quote>[\"']?)"
+    r"(?<![A-Za-z0-9_.\-])(?P<name>[A-Za-z0-9_.\-]+)(?P<quote1>[\"']?)(?P<sep>\s*[=:]\s*)(?P<quote>[\"']?)"
     r"(?P<value>[^\s\"',;{}()\[\]<>\x00]{4,})")
 
 
@@ -169,9 +171,22 @@ def redact_data(redact: Callable[[str], str], data):
 
 def child_environment(environ: Mapping[str, str] | None = None, pass_env: Iterable[str] = ()) -> dict[str, str]:
     """What executed code sees: an allow-list of harmless variables, plus the ones the user named with
-    --pass-env. Everything else — keys, tokens, database URLs, whatever their name — stays out."""
+    --pass-env. Everything else — keys, tokens, database URLs, whatever their name — stays out. A proxy variable
+    goes through without its user:password@ (named with --pass-env, it goes through whole)."""
     environ = os.environ if environ is None else environ
     passed = set(pass_env)
-    return {name: value for name, value in environ.items()
+    return {name: value if name in passed or not name.lower().endswith("_proxy") else without_credentials(value)
+            for name, value in environ.items()
             if name in ALLOWED_ENV or name.startswith(ALLOWED_ENV_PREFIXES) or name in passed}
+
+
+def without_credentials(url: str) -> str:
+    """A URL (or a bare host:port) without the user:password@ before its host."""
+    scheme, separator, rest = url.partition("://")
+    if not separator:
+        scheme, rest = "", url
+    authority, slash, path = rest.partition("/")
+    if "@" not in authority:
+        return url
+    return scheme + separator + authority.rpartition("@")[2] + slash + path
 
