@@ -1,8 +1,9 @@
 """Reading sources for ingest_data and process_data: local files and http(s) URLs, as readable text.
 
 Files: text, Markdown, CSV, JSON, HTML, source code, PDF. URLs: redirects, timeouts, a size cap, the charset from
-the headers or sniffed, the content type from the headers or sniffed. HTML becomes readable text (beautifulsoup4 +
-lxml): scripts, styles, navigation and boilerplate dropped; headings, paragraphs, lists and tables kept.
+the headers or sniffed, the content type from the headers or sniffed. HTML becomes readable text (lxml's parser,
+streamed: bounded in time and depth): scripts, styles, navigation and boilerplate dropped; headings, paragraphs,
+lists and tables kept.
 A source that cannot be read raises SourceError with a message meant for the model.
 """
 
@@ -138,7 +139,8 @@ def read_url(url: str, timeout_s: float = URL_TIMEOUT_S * 4) -> Document:
         note = (f"Only the first {MAX_URL_BYTES // 2**20} MB of this page were read." if truncated else
                 f"The server was too slow: only the first {total:,} bytes arrived within {timeout_s:g} s "
                 "(--read-timeout), and only they were read.")
-        document = Document(document.source, document.text, document.title, document.kind, note)
+        document = Document(document.source, document.text, document.title, document.kind,
+                            " ".join(filter(None, (note, document.note))))
     return document
 
 
@@ -184,8 +186,8 @@ def decode(data: bytes, source: str, *, kind: str | None = None, charset: str | 
         raise SourceError(f"{source} is binary ({type_label}), not text: it cannot be read as a document")
     text = to_text(data, charset)
     if kind == "html" or (kind is None and re.match(r"\s*(<!doctype html|<html)", text[:1000], re.I)):
-        title, body = html_to_text(text)
-        return Document(source, body, title=title, kind="html")
+        title, body, note = html_to_text(text)
+        return Document(source, body, title=title, kind="html", note=note)
     return Document(source, text)
 
 
@@ -230,83 +232,205 @@ def pdf_text(data: bytes, source: str) -> str:
     return text
 
 
-def html_to_text(html: str) -> tuple[str, str]:
-    """(title, readable text) of an HTML page."""
-    from bs4 import BeautifulSoup
-
-    soup = BeautifulSoup(html, "lxml")
-    title = " ".join(soup.title.get_text().split()) if soup.title else ""
-    for tag in soup(DROP_TAGS):
-        tag.decompose()
-    for tag in soup.find_all(attrs={"role": ["navigation", "banner", "contentinfo", "search", "complementary"]}):
-        tag.decompose()
-    for tag in soup.find_all(True):
-        if tag.decomposed or tag.name in ("html", "body", "main", "article"):
-            continue
-        attrs = tag.attrs or {}
-        marker = " ".join(attrs.get("class") or []) + " " + str(attrs.get("id") or "")
-        if BOILERPLATE.search(marker) and tag.name not in ("table", "h1", "h2", "h3", "h4", "h5", "h6"):
-            tag.decompose()
-    main = max(soup.find_all(["main", "article"]), key=lambda t: len(t.get_text()), default=None)
-    root = main or soup.body or soup
-    blocks: list[str] = []
-    _render(root, blocks)
-    text = "\n\n".join(block for block in blocks if block.strip())
-    return title, re.sub(r"\n{3,}", "\n\n", text).strip()
+MAX_HTML_DEPTH = 512  # elements nested deeper are read as text of the one at this depth
+HTML_TIME_S = 30.0  # the most time turning one page into text may take
+FEED_CHARS = 64 * 1024  # how much HTML the parser gets between two looks at the clock
+ROLES_DROPPED = {"navigation", "banner", "contentinfo", "search", "complementary"}
+HEADINGS = {"h1", "h2", "h3", "h4", "h5", "h6"}
+CAPTURED = HEADINGS | {"li", "p", "pre", "table"}  # read whole, as one block
 
 
-def _inline(tag) -> str:
-    return " ".join(tag.get_text(" ").split())
+def html_to_text(html: str, time_limit_s: float = HTML_TIME_S) -> tuple[str, str, str]:
+    """(title, readable text, note) of an HTML page. The page streams through lxml's parser into `_Readable`: no
+    tree is built and nothing recurses, so time grows with the page's size alone (100,000 nested <div>s take
+    about a second), and a page that still takes too long is cut off at `time_limit_s`. The note says what was
+    cut or flattened."""
+    from lxml import etree
+
+    reader = _Readable()
+    parser = etree.HTMLParser(target=reader, huge_tree=True)
+    deadline = time.monotonic() + time_limit_s
+    notes = []
+    for offset in range(0, len(html), FEED_CHARS):
+        if time.monotonic() > deadline:
+            notes.append(f"Only the first {100 * offset // len(html)}% of this page was read: turning its HTML into "
+                         f"text took over {time_limit_s:g} s.")
+            break
+        parser.feed(html[offset:offset + FEED_CHARS])
+    try:
+        parser.close()
+    except etree.LxmlError:  # nothing parseable at all (an empty page)
+        pass
+    if reader.flattened:
+        notes.append(f"Elements nested deeper than {MAX_HTML_DEPTH} levels were read as plain text.")
+    return reader.title_text(), reader.text(), " ".join(notes)
 
 
-def _render(node, blocks: list[str]) -> None:
-    """Headings, paragraphs, list items, tables and preformatted text as Markdown-like blocks."""
-    from bs4 import NavigableString, Tag
+def _collapse(parts: list[str]) -> str:
+    return " ".join("".join(parts).split())
 
-    loose: list[str] = []
 
-    def flush() -> None:
-        if loose:
-            text = " ".join(" ".join(loose).split())
-            if text:
-                blocks.append(text)
-            loose.clear()
+class _Capture:
+    """An element read whole (a heading, list item, paragraph, preformatted text, table, or an inline element
+    outside any of them): its text, and a table's rows of cells. Text arrives in pieces (an entity, a feed's end
+    can split it); a space is put only where an element begins or ends."""
 
-    for child in node.children:
-        if isinstance(child, NavigableString):
-            if child.__class__.__name__ in ("Comment", "Doctype", "Declaration", "ProcessingInstruction", "CData"):
-                continue
-            loose.append(str(child))
-            continue
-        if not isinstance(child, Tag):
-            continue
-        name = child.name
-        if name in ("h1", "h2", "h3", "h4", "h5", "h6"):
-            flush()
-            blocks.append("#" * int(name[1]) + " " + _inline(child))
-        elif name == "li":
-            flush()
-            blocks.append("- " + _inline(child))
-        elif name == "table":
-            flush()
-            rows = []
-            for row in child.find_all("tr"):
-                cells = [_inline(cell) for cell in row.find_all(["th", "td"])]
-                if any(cells):
-                    rows.append("| " + " | ".join(cells) + " |")
-            if rows:
-                blocks.append("\n".join(rows))
-        elif name == "pre":
-            flush()
-            blocks.append(child.get_text())
-        elif name == "br":
-            loose.append("\n")
-        elif name == "p":
-            flush()
-            blocks.append(_inline(child))
-        elif name in BLOCK_TAGS or name in ("ul", "ol"):
-            flush()
-            _render(child, blocks)
+    def __init__(self, tag: str, depth: int):
+        self.tag, self.depth = tag, depth
+        self.parts: list[str] = []
+        self.rows: list[list[list[str]]] = []
+
+    def add(self, text: str) -> None:
+        if self.tag != "table":
+            self.parts.append(text)
+        elif self.rows and self.rows[-1]:  # table text outside a cell is not shown
+            self.rows[-1][-1].append(text)
+
+    def boundary(self) -> None:
+        """An element inside begins or ends: a space (preformatted text is kept as it is)."""
+        if self.tag != "pre":
+            self.add(" ")
+
+    def block(self) -> str:
+        if self.tag in HEADINGS:
+            text = _collapse(self.parts)
+            return "#" * int(self.tag[1]) + " " + text if text else ""
+        if self.tag == "li":
+            return "- " + _collapse(self.parts)
+        if self.tag == "pre":
+            return "".join(self.parts)
+        if self.tag == "table":
+            rows = [[_collapse(cell) for cell in row] for row in self.rows]
+            return "\n".join("| " + " | ".join(cells) + " |" for cells in rows if any(cells))
+        return _collapse(self.parts)
+
+
+class _Readable:
+    """lxml parser target: Markdown-like blocks (headings, paragraphs, list items, tables, preformatted text) as
+    the page streams by. Scripts, styles, navigation and boilerplate are dropped whole; of the <main>/<article>
+    elements, the one with the most text is kept, else the whole body."""
+
+    def __init__(self):
+        self.depth = 0  # elements open, those read as text (too deep) and dropped ones left out
+        self.dropped = 0  # nesting inside a dropped element (0: not inside one)
+        self.too_deep = 0  # nesting beyond MAX_HTML_DEPTH
+        self.flattened = False
+        self.in_title = False
+        self.title: list[str] = []
+        self.blocks: list[str] = []
+        self.loose: list[str] = []  # text of the block being gathered (between block elements)
+        self.capture: _Capture | None = None
+        self.containers: list[list[int]] = []  # <main>/<article>: [first block, end block, characters of text]
+        self.open: list[list[int] | None] = []  # per open element: its container entry, if it is one
+
+    def start(self, tag, attrib) -> None:
+        tag = tag.lower() if isinstance(tag, str) else ""
+        if tag == "title":
+            self.in_title = True
+        if self.dropped:
+            self.dropped += 1
+        elif self._drops(tag, attrib):
+            self.dropped = 1
+        elif self.depth >= MAX_HTML_DEPTH:
+            self.too_deep += 1
+            self.flattened = True
         else:
-            loose.append(child.get_text(" "))
-    flush()
+            self.depth += 1
+            self.open.append(self._enter(tag))
+
+    def end(self, tag) -> None:
+        tag = tag.lower() if isinstance(tag, str) else ""
+        if tag == "title":
+            self.in_title = False
+        if self.dropped:
+            self.dropped -= 1
+        elif self.too_deep:
+            self.too_deep -= 1
+        elif self.depth:
+            self.depth -= 1
+            self._leave(tag, self.open.pop())
+
+    def data(self, text: str) -> None:
+        if self.in_title:
+            self.title.append(text)
+        if self.dropped:
+            return
+        for container in self.open:
+            if container is not None:
+                container[2] += len(text)
+        if self.capture is not None:
+            self.capture.add(text)
+        else:
+            self.loose.append(text)
+
+    def close(self) -> None:
+        while self.open:  # a page cut off at the time limit: close what is open
+            self.depth -= 1
+            self._leave("", self.open.pop())
+
+    def _drops(self, tag: str, attrib) -> bool:
+        if tag in DROP_TAGS or attrib.get("role") in ROLES_DROPPED:
+            return True
+        if tag in ("html", "body", "main", "article", "table") or tag in HEADINGS:
+            return False
+        return bool(BOILERPLATE.search(f"{attrib.get('class', '')} {attrib.get('id', '')}"))
+
+    def _enter(self, tag: str) -> list[int] | None:
+        capture = self.capture
+        if capture is not None:
+            if capture.tag == "table" and tag == "tr":
+                capture.rows.append([])
+            elif capture.tag == "table" and tag in ("td", "th") and capture.rows:
+                capture.rows[-1].append([])
+            capture.boundary()
+            return None
+        if tag in CAPTURED:
+            self._flush()
+            self.capture = _Capture(tag, self.depth)
+        elif tag in BLOCK_TAGS or tag in ("ul", "ol", "main", "article"):
+            self._flush()
+            if tag in ("main", "article"):
+                entry = [len(self.blocks), -1, 0]
+                self.containers.append(entry)
+                return entry
+        elif tag == "br":
+            self.loose.append("\n")
+        elif tag != "html":  # an inline element: its text joins the block around it
+            self.capture = _Capture("inline", self.depth)
+        return None
+
+    def _leave(self, tag: str, container: list[int] | None) -> None:
+        capture = self.capture
+        if capture is not None:
+            if capture.depth == self.depth + 1:  # the captured element itself ends
+                self.capture = None
+                if capture.tag == "inline":
+                    self.loose.extend((" ", *capture.parts, " "))
+                else:
+                    self.blocks.append(capture.block())
+            else:
+                capture.boundary()
+            return
+        if tag in BLOCK_TAGS or tag in ("ul", "ol") or container is not None:
+            self._flush()
+        if container is not None:
+            container[1] = len(self.blocks)
+
+    def _flush(self) -> None:
+        if self.loose:
+            text = _collapse(self.loose)
+            if text:
+                self.blocks.append(text)
+            self.loose.clear()
+
+    def title_text(self) -> str:
+        return " ".join("".join(self.title).split())
+
+    def text(self) -> str:
+        self._flush()
+        blocks = self.blocks
+        if self.containers:
+            first, end, _ = max(self.containers, key=lambda entry: entry[2])
+            blocks = blocks[first:end if end >= 0 else len(blocks)]
+        text = "\n\n".join(block for block in blocks if block.strip())
+        return re.sub(r"\n{3,}", "\n\n", text).strip()

@@ -181,10 +181,13 @@ def test_a_cut_off_reply_is_never_run_or_accepted(cli, llm, isolated):
 
 def test_hostile_sources_get_a_clear_answer_in_bounded_time(cli, llm, isolated, site):
     os.mkfifo(isolated.work / "pipe")
+    # 100,000 nested <div>s kept ingest_data busy for hours (8,000: 180 s, then RecursionError)
+    (isolated.work / "deep.html").write_text("<html><body>" + "<div>" * 100_000 + "deep content" + "</div>" * 100_000
+                                             + "<p>after the divs</p></body></html>")
     llm.responder = reader("A summary.")
     llm.add(act("ingest_data", "/dev/zero"), act("ingest_data", "pipe"), act("process_data", "What?|/dev/urandom"),
             act("ingest_data", "/proc/self/environ"), act("ingest_data", site.url("/trickle")),
-            act("ingest_data", site.url("/trickle-headers")), act("done", "survived"))
+            act("ingest_data", site.url("/trickle-headers")), act("ingest_data", "deep.html"), act("done", "survived"))
     proc = cli("-y", "--summarizer-model", "reader", "--read-timeout", "2", "read hostile things", env=MEMORY_ON)
     assert proc.returncode == 0, proc.stderr
     _, _, trace = load_run(isolated.home)
@@ -195,6 +198,7 @@ def test_hostile_sources_get_a_clear_answer_in_bounded_time(cli, llm, isolated, 
     assert "system file" in seen[4]
     assert "too slow" in seen[5]  # what arrived in time is kept, and said to be partial
     assert "too slow" in seen[6]
+    assert "nested deeper than 512 levels were read as plain text" in seen[7] and "after the divs" in seen[7]
     assert stat.S_ISFIFO((isolated.work / "pipe").stat().st_mode)
 
 

@@ -83,6 +83,19 @@ def test_local_files_of_every_kind_and_bad_ones(tmp_path):
             read_source(spec, tmp_path)
 
 
+def test_html_of_any_depth_or_size_is_read_in_bounded_time():
+    from miniagi.sources import html_to_text
+
+    deep = "<html><body>" + "<div>x" * 100_000 + "</div>" * 100_000 + "<p>after</p></body></html>"
+    title, text, note = html_to_text(deep)
+    assert text.endswith("after") and text.count("x") == 100_000 and "nested deeper than 512" in note
+    wide = "<html><body>" + "<p>word &amp; more</p>" * 50_000 + "</body></html>"
+    _, text, note = html_to_text(wide, time_limit_s=1e-9)  # no page may take longer than the limit
+    assert note.startswith("Only the first") and "% of this page was read" in note and len(text) < 50_000 * 12
+    _, text, note = html_to_text("<p>Caf&eacute; <b>x</b>&amp;y</p><pre> a\n  b</pre>")
+    assert text == "Café x &y\n\n a\n  b" and note == ""
+
+
 # --- web search ----------------------------------------------------------------------------------------------------
 class FakeSearch:
     def __init__(self, *outcomes):
