@@ -90,7 +90,8 @@ class Agent:
         record = self.store.create()
         run = Run(self, record, RunState(objective=objective, make_record=self.step_record), workspace=workspace)
         run.emit(ev.RunStart(time=now_iso(), run_id=record.run_id, objective=objective,
-                             settings=self.settings.to_dict(), follows=previous, background=background,
+                             settings=dict(self.settings.to_dict(), workdir=str(self.settings.workdir_path)),
+                             follows=previous, background=background,
                              extra=dict(origin or {})))
         return run
 

@@ -49,8 +49,10 @@ def _add_run_options(parser: argparse.ArgumentParser, with_json: bool = True) ->
 def _add_follow_options(parser: argparse.ArgumentParser, what: str) -> None:
     follow = parser.add_mutually_exclusive_group()
     follow.add_argument("-c", "--continue", dest="follow_newest", action="store_true",
-                        help=f"{what} the newest run: its objective, answer, summary and notes are in context")
-    follow.add_argument("--cid", default=None, metavar="RUN_ID", help=f"{what} the given run")
+                        help=f"{what} the newest run of this work directory: its objective, answer, summary and notes "
+                             "are in context")
+    follow.add_argument("--cid", default=None, metavar="RUN_ID", help=f"{what} the given run (an id, a unique prefix, "
+                        "or last)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -78,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
                                  description=COMMAND_HELP["resume"] + ". It runs with the settings it was started "
                                  "with; options given here override them (raise --max-steps or --max-cost to go "
                                  "on past a limit).")
-    resume.add_argument("run_id", help="the run's id (or an unambiguous prefix of it)")
+    resume.add_argument("run_id", help="the run's id, a unique prefix of it, or last (the newest run)")
     _add_run_options(resume)
 
     runs = commands.add_parser("runs", help=COMMAND_HELP["runs"], description=COMMAND_HELP["runs"])
@@ -87,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument("--home", default=None, help="where runs live [MINIAGI_HOME]")
 
     show = commands.add_parser("show", help=COMMAND_HELP["show"], description=COMMAND_HELP["show"])
-    show.add_argument("run_id", help="the run's id (or an unambiguous prefix of it)")
+    show.add_argument("run_id", help="the run's id, a unique prefix of it, or last (the newest run)")
     show.add_argument("--raw", action="store_true", help="also print the raw model responses")
     show.add_argument("--json", action="store_true", help="print the result and every trace event as JSON")
     show.add_argument("--home", default=None, help="where runs live [MINIAGI_HOME]")
@@ -112,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay = commands.add_parser("replay", help=COMMAND_HELP["replay"], description=COMMAND_HELP["replay"] + ", "
                                  "commands executed again; reports the first step whose observation differs from "
                                  "the recording. Exit 0 when the replay reproduces the run, 1 when it differs.")
-    replay.add_argument("source", help="a run id, or the path of a trace.jsonl")
+    replay.add_argument("source", help="a run id (a unique prefix, or last), or the path of a trace.jsonl")
     replay.add_argument("-y", "--yes", dest="yes", action="store_const", const=True, default=None,
                         help="run commands without asking for approval")
     replay.add_argument("--workdir", default=None, help="run the commands here instead of the recorded workdir")
@@ -146,10 +148,12 @@ def _flags(args: argparse.Namespace) -> dict:
 
 
 def _finish(result, as_json: bool) -> int:
+    from .ui import visible, visible_json
+
     if as_json:
-        print(json.dumps(result.summary, ensure_ascii=False))
+        print(visible_json(result.summary))
     elif result.answer is not None:
-        print(result.answer)
+        print(visible(result.answer))
     sys.stdout.flush()
     return result.exit_code
 
@@ -171,19 +175,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         from .agent import Agent
 
         agent = Agent(settings)
-    result = agent.run(objective, follows=_followed(args, agent.store))
+    result = agent.run(objective, follows=_followed(args, agent))
     return _finish(result, args.json)
 
 
-def _followed(args: argparse.Namespace, store) -> str | None:
-    """The run a follow-up continues: -c the newest, --cid the given one."""
-    if args.cid:
-        return store.open(args.cid).run_id
-    if args.follow_newest:
-        newest = store.results()
-        if not newest:
-            raise ConfigError(f"-c continues the newest run, and there is none under {store.root}")
-        return newest[0]["run_id"]
+def _followed(args: argparse.Namespace, agent) -> str | None:
+    """The run a follow-up continues: -c (or --cid last) the newest of this work directory, --cid the given one."""
+    if args.cid or args.follow_newest:
+        return agent.store.open(args.cid or "last", workdir=agent.settings.workdir_path).run_id
     return None
 
 
@@ -194,7 +193,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         from .agent import Agent
 
         agent = Agent(settings)
-    previous, workspace, code = _followed(args, agent.store), None, 0
+    previous, workspace, code = _followed(args, agent), None, 0
     interactive = sys.stdin is not None and sys.stdin.isatty()
     try:
         while True:
@@ -272,25 +271,25 @@ def cmd_batch(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from .replay import replay
-    from .ui import Terminal
+    from .ui import Terminal, visible, visible_json
 
     settings = resolve_settings({"home": args.home})
     ui = Terminal(interactive=sys.stdin is not None and sys.stdin.isatty())
     report = replay(args.source, settings, {"yes": args.yes, "workdir": args.workdir}, ui=ui)
     if args.json:
-        print(json.dumps(report.to_dict(), ensure_ascii=False))
+        print(visible_json(report.to_dict()))
+        return 0 if report.reproduced else 1
+    lines = [f"replayed run {report.original} as run {report.replay_run}: {report.steps} steps, "
+             f"{report.replayed_responses} recorded responses, {report.model_calls} model calls"]
+    if report.reproduced:
+        lines.append(f"reproduced: every observation matches the recording (status {report.status})")
+    elif report.first_difference:
+        first = report.first_difference
+        lines += [f"first difference at step {first['step']} ({first['command']}), {len(report.differences)} "
+                  f"differing steps in all", f"--- recorded:\n{first['recorded']}\n--- replayed:\n{first['replayed']}"]
     else:
-        print(f"replayed run {report.original} as run {report.replay_run}: {report.steps} steps, "
-              f"{report.replayed_responses} recorded responses, {report.model_calls} model calls")
-        if report.reproduced:
-            print(f"reproduced: every observation matches the recording (status {report.status})")
-        elif report.first_difference:
-            first = report.first_difference
-            print(f"first difference at step {first['step']} ({first['command']}), "
-                  f"{len(report.differences)} differing steps in all")
-            print(f"--- recorded:\n{first['recorded']}\n--- replayed:\n{first['replayed']}")
-        else:
-            print(f"the run ended {report.status}; the recording ended {report.recorded_status}")
+        lines.append(f"the run ended {report.status}; the recording ended {report.recorded_status}")
+    print(visible("\n".join(lines)))  # the recording's texts are the model's and executed code's
     return 0 if report.reproduced else 1
 
 
@@ -401,8 +400,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return HANDLERS[args.command](args)
     except ConfigError as error:
-        print(f"miniagi: {error}", file=sys.stderr)
-        if str(error).startswith("no run ") and argv[0] in ("show", "resume", "replay") and len(argv) > 1:
+        _complain(str(error))
+        if str(error).startswith(("no run ", "there is no run")) and argv[0] in ("show", "resume", "replay") \
+                and len(argv) > 1:
             _objective_hint(argv)
         return 2
     except KeyboardInterrupt:
@@ -411,12 +411,25 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `miniagi runs | head`
         return 0
     except MemoryUnavailable as error:
-        print(f"miniagi: {error}", file=sys.stderr)
+        _complain(str(error))
         return 1
     except OSError as error:  # the home or the disk: unwritable, full, a file where a folder should be
         where = f" {error.filename}" if error.filename else ""
-        print(f"miniagi: cannot use{where}: {error.strerror or error}", file=sys.stderr)
+        _complain(f"cannot use{where}: {error.strerror or error}")
         return 2 if error.errno in UNUSABLE_PLACE else 1  # else: the disk (full, failing)
+
+
+def _complain(text: str) -> None:
+    """An error line: no secret on it (a URL it names may hold a password), nothing that drives the terminal."""
+    from .config import read_dotenv
+    from .redaction import Redactor
+    from .ui import visible
+
+    try:
+        dotenv = read_dotenv()
+    except ConfigError:  # the .env itself is what is wrong
+        dotenv = {}
+    print(f"miniagi: {visible(Redactor(os.environ, dotenv)(text))}", file=sys.stderr)
 
 
 def _objective_hint(argv: list[str]) -> None:

@@ -120,11 +120,12 @@ class Redactor:
     def __call__(self, text: str) -> str:
         if not text:
             return text
+        # a URL's password first: a URL holding one then still reads as a URL (http://bob:[REDACTED]@host)
+        text = URL_PASSWORD.sub(lambda m: m.group(1) + REDACTED + m.group(3), text)
         if self._literal is not None:
             text = self._literal.sub(REDACTED, text)
         for shape in SHAPES:
             text = shape.sub(REDACTED, text)
-        text = URL_PASSWORD.sub(lambda m: m.group(1) + REDACTED + m.group(3), text)
         return ASSIGNMENT.sub(self._assignment, text)
 
     @staticmethod

@@ -157,8 +157,6 @@ def replay(source: str, settings: Settings, overrides: dict, ui=None) -> ReplayR
     elif ui is not None and runs_code:
         ui.warn(f"commands run in {replay_settings.workdir_path}")
     model = ReplayModel(recording.responses)
-    if ui is not None:
-        ui.calls_label = "replayed response"
     result = Agent(replay_settings, model=model, ui=ui).run(recording.objective, origin={"replay_of": recording.run_id})
     replayed = Recording.from_events(list(store.open(result.run_id).events()), result.run_id)
     differing, first = compare(recording, replayed)

@@ -9,7 +9,7 @@ from rich.text import Text
 
 from . import events as ev
 from .runs import RunRecord, RunStore
-from .ui import make_console, plural
+from .ui import calls, make_console, plural, visible, visible_json
 
 STATUS_STYLES = {"done": "green", "running": "cyan", "limit": "yellow", "interrupted": "yellow"}
 
@@ -17,7 +17,7 @@ STATUS_STYLES = {"done": "green", "running": "cyan", "limit": "yellow", "interru
 def print_runs(store: RunStore, status: str | None = None, as_json: bool = False) -> None:
     results = store.results(status)
     if as_json:
-        print(json.dumps(results, ensure_ascii=False))
+        print(visible_json(results))
         return
     console = make_console()
     if not results:
@@ -26,9 +26,9 @@ def print_runs(store: RunStore, status: str | None = None, as_json: bool = False
     if not console.is_terminal:  # a pipe or a file: one whole line per run, tab-separated, for grep and cut
         print("id\tstatus\tsteps\tcost\tcached\tobjective")
         for result in results:
-            print("\t".join([str(result.get("run_id", "?")), str(result.get("status", "?")), str(result.get("steps", 0)),
-                             f"${result.get('cost_usd', 0):.4f}", cache_rate(result),
-                             " ".join(str(result.get("objective", "")).split())]))
+            print(visible("\t".join([str(result.get("run_id", "?")), str(result.get("status", "?")),
+                                     str(result.get("steps", 0)), f"${result.get('cost_usd', 0):.4f}",
+                                     cache_rate(result), objective_of(result)])))
         return
     table = Table(box=None, header_style="bold")
     for column, justify in (("id", "left"), ("status", "left"), ("steps", "right"), ("cost", "right"),
@@ -36,64 +36,75 @@ def print_runs(store: RunStore, status: str | None = None, as_json: bool = False
         table.add_column(column, justify=justify, no_wrap=column != "objective", overflow="ellipsis")
     for result in results:
         state = result.get("status", "?")
-        table.add_row(result.get("run_id", "?"), Text(state, style=STATUS_STYLES.get(state, "red")),
+        table.add_row(Text(visible(result.get("run_id", "?"))), Text(visible(state), style=STATUS_STYLES.get(state, "red")),
                       str(result.get("steps", 0)), f"${result.get('cost_usd', 0):.4f}", cache_rate(result),
-                      Text(" ".join(str(result.get("objective", "")).split())[:200]))
+                      Text(visible(objective_of(result)[:200])))
     console.print(table)
 
 
 def print_run(record: RunRecord, raw: bool = False, as_json: bool = False) -> None:
-    """Step by step: thought, command, argument, observation, and each step's tokens and cost."""
+    """Step by step: thought, command, argument, observation, and each step's tokens and cost. Every text of the
+    trace is the model's or executed code's: it is made visible (no escape sequence reaches the terminal raw)."""
     result = record.read_result()
     if as_json:
-        print(json.dumps({"result": result, "events": list(record.events())}, ensure_ascii=False))
+        print(visible_json({"result": result, "events": list(record.events())}))
         return
     console = make_console()
+
+    def say(text: str, style: str = "") -> None:
+        console.print(Text(visible(text), style=style))
+
     usage: dict[int, list[float]] = {}
     for event in ev.read(record.events()):
         step = event.step
         if isinstance(event, ev.RunStart):
-            console.print(Text(f"run {record.run_id}", style="bold"))
-            console.print(Text(f"objective: {event.objective}", style="cyan"))
+            say(f"run {record.run_id}" + (f" · a replay of run {event.extra['replay_of']}: no model calls"
+                                          if event.extra.get("replay_of") else ""), "bold")
+            say(f"objective: {event.objective}", "cyan")
         elif isinstance(event, ev.Resume):
-            console.print(Text(f"— resumed at {event.time} —", style="bold yellow"))
+            say(f"— resumed at {event.time} —", "bold yellow")
         elif isinstance(event, ev.ModelCall):
             tokens = usage.setdefault(step, [0, 0, 0.0])
             tokens[0] += event.prompt_tokens
             tokens[1] += event.completion_tokens
             tokens[2] += event.cost_usd
             if raw:
-                console.print(Text(f"[{event.role} · {event.model} · {event.latency_s} s] raw response:", style="dim"))
-                console.print(Text(event.response, style="dim"))
+                say(f"[{event.role} · {event.model} · {event.latency_s} s] raw response:", "dim")
+                say(event.response, "dim")
         elif isinstance(event, ev.Action):
             prompt, completion, cost = usage.get(step, [0, 0, 0.0])
             console.print()
-            console.print(Text.assemble((f"step {step} ", "bold"), (f"command: {event.command}", "bold magenta"),
+            console.print(Text.assemble((f"step {step} ", "bold"), (visible(f"command: {event.command}"),
+                                                                    "bold magenta"),
                                         (f"  {prompt}+{completion} tokens · ${cost:.4f}", "dim")))
             if event.thought:
-                console.print(Text(f"thought: {event.thought}", style="italic"))
-            console.print(Text("argument:\n" + _indent(event.arg), style="yellow"))
+                say(f"thought: {event.thought}", "italic")
+            say("argument:\n" + _indent(event.arg), "yellow")
         elif isinstance(event, ev.Observation):
-            console.print(Text("observation:\n" + _indent(event.text), style="dim"))
+            say("observation:\n" + _indent(event.text), "dim")
         elif isinstance(event, ev.FormatError):
             console.print()
-            console.print(Text(f"step {step} format error", style="bold red"))
-            console.print(Text(event.error, style="red"))
+            say(f"step {step} format error", "bold red")
+            say(event.error, "red")
         elif isinstance(event, (ev.LoopWarning, ev.CriticReview, ev.CriticVerdict, ev.SummaryFolded)):
-            console.print(Text(f"[{event.type}] {event.text}", style="yellow"))
+            say(f"[{event.type}] {event.text}", "yellow")
         elif isinstance(event, ev.RunEnd):
             console.print()
-            console.print(Text(f"ended: {event.status}" + (f" — {event.message}" if event.message else ""),
-                               style="bold"))
+            say(f"ended: {event.status}" + (f" — {event.message}" if event.message else ""), "bold")
     if result:
-        console.print(Text(f"{plural(result.get('steps') or 0, 'step')} · "
-                           f"{plural(result.get('llm_calls') or 0, 'model call')} · "
-                           f"{result.get('prompt_tokens')}+{result.get('completion_tokens')} tokens · "
-                           f"${result.get('cost_usd', 0):.4f} · {cache_rate(result)} of prompt tokens from the "
-                           f"endpoint's cache (saved ${result.get('cost_saved_usd') or 0:.4f})", style="dim"))
+        say(f"{plural(result.get('steps') or 0, 'step')} · {calls(result)} · "
+            f"{result.get('prompt_tokens')}+{result.get('completion_tokens')} tokens · "
+            f"${result.get('cost_usd', 0):.4f} · {cache_rate(result)} of prompt tokens from the "
+            f"endpoint's cache (saved ${result.get('cost_saved_usd') or 0:.4f})", "dim")
         if result.get("answer") is not None:
-            console.print(Text("answer:", style="bold green"))
-            console.print(Text(str(result["answer"])))
+            say("answer:", "bold green")
+            say(str(result["answer"]))
+
+
+def objective_of(result: dict) -> str:
+    """A run's objective on one line, marked when the run is a replay."""
+    objective = " ".join(str(result.get("objective", "")).split())
+    return f"(replay of {result['replay_of']}) {objective}" if result.get("replay_of") else objective
 
 
 def cache_rate(result: dict) -> str:
@@ -104,16 +115,16 @@ def cache_rate(result: dict) -> str:
 
 def print_memory_hits(hits, as_json: bool = False, redact=lambda text: text) -> None:
     if as_json:
-        print(json.dumps([{"id": h.id, "text": redact(h.text), "distance": round(h.distance, 4), **h.metadata}
-                          for h in hits], ensure_ascii=False))
+        print(visible_json([{"id": h.id, "text": redact(h.text), "distance": round(h.distance, 4), **h.metadata}
+                            for h in hits]))
         return
     console = make_console()
     if not hits:
         console.print("no memories found")
     for hit in hits:
         where = f"document {hit.metadata.get('source')}" if hit.kind == "document" else f"run {hit.run} step {hit.step}"
-        console.print(Text.assemble((f"{1 - hit.distance:.3f} ", "bold"), (f"{hit.kind} · {where}", "dim")))
-        console.print(Text(redact(hit.text[:500]) + ("…" if len(hit.text) > 500 else "")))
+        console.print(Text.assemble((f"{1 - hit.distance:.3f} ", "bold"), (visible(f"{hit.kind} · {where}"), "dim")))
+        console.print(Text(visible(redact(hit.text[:500])) + ("…" if len(hit.text) > 500 else "")))
 
 
 def print_memory_stats(stats: dict, as_json: bool = False) -> None:

@@ -340,8 +340,9 @@ class Run:
 
     def result(self, status: str, message: str, exit_code: int | None) -> dict:
         state = self.state
+        replay = {"replay_of": state.replay_of, "replayed_responses": state.llm_calls} if state.replay_of else {}
         return {"run_id": self.record.run_id, "objective": state.objective, "status": status,
-                "answer": state.answer, "steps": state.step, "llm_calls": state.llm_calls,
+                "answer": state.answer, "steps": state.step, "llm_calls": 0 if replay else state.llm_calls, **replay,
                 "prompt_tokens": state.prompt_tokens, "completion_tokens": state.completion_tokens,
                 "cached_prompt_tokens": state.cached_prompt_tokens, "cost_saved_usd": round(state.saved_usd, 6),
                 "cost_usd": round(state.cost_usd, 6), "started_at": state.started_at,

@@ -7,8 +7,10 @@ rewritten atomically after every step.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
+import re
 import secrets
 import socket
 import time
@@ -20,6 +22,7 @@ from .config import ConfigError
 from .redaction import redact_data
 
 STATUSES = ("done", "limit", "format_error", "stuck", "error", "interrupted", "running")
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")  # what an id (or a prefix of one) may hold: never a path
 
 
 def now_iso() -> str:
@@ -81,6 +84,16 @@ class RunRecord:
                           f"or crashed. `miniagi resume {self.run_id}` continues it")
         return result
 
+    def workdir(self) -> Path | None:
+        """Where the run's commands ran (its run_start event, the trace's first line); None when unknown (a trace
+        that recorded a relative path)."""
+        try:
+            with open(self.trace_path, encoding="utf-8") as handle:
+                workdir = Path(json.loads(handle.readline())["settings"]["workdir"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return workdir.resolve() if workdir.is_absolute() else None
+
     def events(self) -> Iterator[dict]:
         """The trace's events; a line torn by a crash mid-write is skipped."""
         if not self.trace_path.exists():
@@ -133,18 +146,36 @@ class RunStore:
             except FileExistsError:
                 continue
 
-    def open(self, run_id: str) -> RunRecord:
-        """A run by its id or an unambiguous prefix of it."""
-        run_id = run_id.strip().rstrip("/")
-        exact = self.root / run_id
-        if run_id and exact.is_dir():
-            return RunRecord(exact, self.redact)
-        matches = sorted(p for p in self.root.glob(f"{run_id}*") if p.is_dir()) if run_id else []
+    def open(self, run_id: str, workdir: Path | None = None) -> RunRecord:
+        """A run by its id, a unique prefix of it, or `last`: the newest run (of `workdir`, when given). This is
+        the one way every command and the UI find a run: an id is a name under runs/, never a path."""
+        run_id = run_id.strip()
+        if run_id == "last":
+            return self._newest(workdir)
+        if not RUN_ID.fullmatch(run_id):
+            raise ConfigError(f"{run_id!r} is not a run id: ids look like {new_run_id()} (see `miniagi runs`; "
+                              "`last` is the newest run)")
+        names = sorted(p.name for p in self.root.iterdir() if p.is_dir() and not p.is_symlink()) \
+            if self.root.is_dir() else []
+        if run_id in names:
+            return RunRecord(self.root / run_id, self.redact)
+        matches = [name for name in names if name.startswith(run_id)]
         if len(matches) == 1:
-            return RunRecord(matches[0], self.redact)
-        if not matches:
-            raise ConfigError(f"no run {run_id!r} under {self.root} (see `miniagi runs`)")
-        raise ConfigError(f"{run_id!r} matches {len(matches)} runs: give more of the id")
+            return RunRecord(self.root / matches[0], self.redact)
+        if matches:
+            shown = ", ".join(matches[:5]) + (", …" if len(matches) > 5 else "")
+            raise ConfigError(f"{run_id!r} matches {len(matches)} runs ({shown}): give more of the id")
+        closest = difflib.get_close_matches(run_id, names, n=3, cutoff=0.5) or names[-3:][::-1]
+        hint = f"; the closest: {', '.join(closest)}" if closest else ""
+        raise ConfigError(f"no run {run_id!r} under {self.root}{hint} (see `miniagi runs`)")
+
+    def _newest(self, workdir: Path | None) -> RunRecord:
+        for result in self.results():
+            record = RunRecord(self.root / result["run_id"], self.redact)
+            if workdir is None or record.workdir() == Path(workdir).resolve():
+                return record
+        where = f" of the work directory {workdir}" if workdir is not None else ""
+        raise ConfigError(f"there is no run{where} under {self.root} yet (see `miniagi runs`)")
 
     def results(self, status: str | None = None) -> list[dict]:
         """Every run's result.json, newest first."""
@@ -154,5 +185,5 @@ class RunStore:
         for directory in self.root.iterdir():
             result = RunRecord(directory).read_result() if directory.is_dir() else {}
             if result and (status is None or result.get("status") == status):
-                found.append(result)
+                found.append(dict(result, run_id=directory.name))  # the folder is the id, whatever the file says
         return sorted(found, key=lambda r: (r.get("started_at") or "", r.get("run_id") or ""), reverse=True)

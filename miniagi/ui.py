@@ -6,6 +6,8 @@ stdout is kept for the final answer alone, so `miniagi "…" > answer.txt` works
 from __future__ import annotations
 
 import contextlib
+import json
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -21,6 +23,33 @@ from . import events as ev
 
 ARG_PREVIEW_LINES = 3
 OBSERVATION_PREVIEW_LINES = 6
+
+# What text from the model or from executed code must not bring to a terminal raw: control characters (escape
+# sequences move the cursor, erase lines, set the title or the clipboard), a carriage return that is not a line
+# ending (it writes over the line), bidirectional controls (they reorder what is shown), line and paragraph
+# separators, and the invisible tag characters. Newlines and tabs stay.
+UNSAFE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069"
+                    "\ufeff\U000e0000-\U000e007f]|\r(?!\n)")
+
+
+def visible(text: str) -> str:
+    """Text safe to print: each unsafe character shown as its escape (ESC as \\x1b, U+202E as \\u202e)."""
+    return UNSAFE.sub(_escape, str(text))
+
+
+def _escape(match: re.Match) -> str:
+    code = ord(match.group())
+    return "\\r" if code == 13 else f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 \
+        else f"\\U{code:08x}"
+
+
+def visible_json(data) -> str:
+    """JSON safe to print: what `visible` escapes, escaped the JSON way (\\u202e), so a parser reads the same text."""
+    def escape(match: re.Match) -> str:
+        units = match.group().encode("utf-16-be")
+        return "".join(f"\\u{int.from_bytes(units[i:i + 2], 'big'):04x}" for i in range(0, len(units), 2))
+
+    return UNSAFE.sub(escape, json.dumps(data, ensure_ascii=False, default=str))
 
 
 @dataclass(frozen=True)
@@ -41,6 +70,14 @@ def plural(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
+def calls(result: dict) -> str:
+    """The model calls of a run; a replay makes none, it answers from the recording."""
+    text = plural(result.get("llm_calls") or 0, "model call")
+    if result.get("replay_of"):
+        text += f" ({plural(result.get('replayed_responses') or 0, 'replayed response')})"
+    return text
+
+
 def _preview(text: str, lines: int, width: int = 160) -> str:
     kept = [line[:width] + ("…" if len(line) > width else "") for line in text.splitlines()[:lines]]
     more = len(text.splitlines()) - lines
@@ -55,7 +92,10 @@ class Terminal:
         self.debug = debug
         self.quiet = quiet
         self.redact = redact  # every text shown passes the agent's secret gate
-        self.calls_label = "model call"  # a replay says "replayed response": it makes no model call
+
+    def shown(self, text: str) -> str:
+        """What a text of the model's or of executed code becomes on the terminal: redacted, made visible."""
+        return visible(self.redact(text))
 
     def say(self, markup: str) -> None:
         if not self.quiet:
@@ -64,8 +104,8 @@ class Terminal:
     def run_started(self, run_id: str, objective: str, model: str, resumed_at: int = 0) -> None:
         verb = f"resuming at step {resumed_at + 1}" if resumed_at else "started"
         # the run id always reaches stderr, even when quiet: it is how a run is found again
-        self.console.print(f"[bold]run {run_id}[/] {verb} · model {escape(model)}")
-        self.say(Text(f"objective: {self.redact(objective)}", style="cyan"))
+        self.console.print(f"[bold]run {run_id}[/] {verb} · model {escape(visible(model))}")
+        self.say(Text(f"objective: {self.shown(objective)}", style="cyan"))
 
     def thinking(self, step: int):
         return self.working(f"step {step}: thinking")
@@ -98,9 +138,9 @@ class Terminal:
                                (f"  ${cost_usd:.4f} so far", "dim"))
         self.console.print(header)
         if thought:
-            self.console.print(Text(f"  {_preview(self.redact(thought), 3)}", style="italic"))
+            self.console.print(Text(f"  {_preview(self.shown(thought), 3)}", style="italic"))
         if arg and command != "done":
-            self.console.print(Text(_indent(_preview(self.redact(arg), ARG_PREVIEW_LINES)), style="yellow"))
+            self.console.print(Text(_indent(_preview(self.shown(arg), ARG_PREVIEW_LINES)), style="yellow"))
 
     def show(self, event: ev.Event, cost_usd: float = 0.0) -> None:
         """What the terminal shows of a run's event, as it is emitted (bookkeeping events show nothing)."""
@@ -124,33 +164,34 @@ class Terminal:
 
     def observation(self, text: str) -> None:
         if not self.quiet:
-            self.console.print(Text(_indent(_preview(self.redact(text), OBSERVATION_PREVIEW_LINES)), style="dim"))
+            self.console.print(Text(_indent(_preview(self.shown(text), OBSERVATION_PREVIEW_LINES)), style="dim"))
 
     def critic(self, text: str) -> None:
-        self.say(Text(f"  critic: {_preview(self.redact(text), 4)}", style="bold cyan"))
+        self.say(Text(f"  critic: {_preview(self.shown(text), 4)}", style="bold cyan"))
 
     def warn(self, text: str) -> None:
-        self.say(Text(self.redact(text), style="bold red"))
+        self.say(Text(self.shown(text), style="bold red"))
 
     def progress(self, text: str) -> None:
         """A passing sign of life during long work (reading, storing)."""
         if not self.quiet:
-            self.console.print(Text(f"  … {self.redact(text)}", style="dim"))
+            self.console.print(Text(f"  … {self.shown(text)}", style="dim"))
 
     def debug_context(self, messages: list[dict]) -> None:
         if self.debug:
             body = "\n\n".join(f"[{m['role']}]\n{m['content']}" for m in messages)
-            self.console.print(Panel(Text(self.redact(body)), title="context", border_style="blue"))
+            self.console.print(Panel(Text(self.shown(body)), title="context", border_style="blue"))
 
     def debug_raw(self, role: str, text: str) -> None:
         if self.debug:
-            self.console.print(Panel(Text(self.redact(text)), title=f"raw {role} response", border_style="green"))
+            self.console.print(Panel(Text(self.shown(text)), title=f"raw {role} response", border_style="green"))
 
     def approve(self, command: str, arg: str) -> Approval:
         """Ask the person before running code. Enter or y runs it, n refuses, anything else is feedback."""
         lexer = "python" if command == "execute_python" else "bash"
-        self.console.print(Panel(Syntax(self.redact(arg), lexer, word_wrap=True), title=f"{command}: run this?",
-                                 border_style="yellow"))
+        # every character of the code, long lines wrapped (never cropped), even when stderr is not a terminal
+        self.console.print(Panel(Syntax(self.shown(arg), lexer, word_wrap=True), title=f"{command}: run this?",
+                                 border_style="yellow"), soft_wrap=False)
         answer = self._input("[bold]Run it?[/] \\[Y]es / \\[n]o / or type feedback for the agent: ").strip()
         if answer.lower() in ("", "y", "yes"):
             return Approval(True)
@@ -159,7 +200,7 @@ class Terminal:
         return Approval(False, f"The user did not run this command and said: {answer}")
 
     def ask_user(self, message: str) -> str:
-        self.console.print(Panel(Text(self.redact(message)), title="the agent asks", border_style="cyan"))
+        self.console.print(Panel(Text(self.shown(message)), title="the agent asks", border_style="cyan"))
         return self._input("[bold]your reply:[/] ")
 
     def _input(self, prompt: str) -> str:
@@ -176,11 +217,11 @@ class Terminal:
         self.console.print(Text.assemble(
             (f"run {result.get('run_id')} ", "bold"), (str(status), f"bold {style}"),
             (f" · {plural(result.get('steps') or 0, 'step')} · "
-             f"{plural(result.get('llm_calls') or 0, self.calls_label)} · ${result.get('cost_usd', 0):.4f}"
+             f"{calls(result)} · ${result.get('cost_usd', 0):.4f}"
              + (f" · {100 * result['cached_prompt_tokens'] / result['prompt_tokens']:.0f}% cached"
                 if result.get("cached_prompt_tokens") and result.get("prompt_tokens") else ""), "dim")))
         if result.get("message") and status != "done":
-            self.console.print(Text(self.redact(result["message"]), style=style))
+            self.console.print(Text(self.shown(result["message"]), style=style))
 
 
 def _indent(text: str) -> str:
