@@ -129,7 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
     memory = commands.add_parser("memory", help=COMMAND_HELP["memory"], description=COMMAND_HELP["memory"])
     memory.add_argument("action", choices=("search", "stats", "clear"))
     memory.add_argument("query", nargs="*", help="what to look for (search)")
-    memory.add_argument("--limit", type=int, default=10, help="how many results (search)")
+    memory.add_argument("--limit", type=int, default=10, help="at most this many results (search; default 10)")
+    memory.add_argument("--all", action="store_true", help="also show results below the relevance cut-off (search)")
     memory.add_argument("--run", default=None, help="only this run's memories (search, clear)")
     memory.add_argument("--json", action="store_true", help="print JSON")
     memory.add_argument("--home", default=None, help="where the memory lives [MINIAGI_HOME]")
@@ -324,20 +325,38 @@ def _memory_action(args: argparse.Namespace, vectors, settings, where, redact) -
         query = " ".join(args.query).strip()
         if not query:
             raise ConfigError('memory search needs a query: miniagi memory search "what to look for"')
-        print_memory_hits(vectors.search(query, max(1, args.limit), where=where), as_json=args.json, redact=redact)
+        hits = vectors.search(query, max(1, args.limit), where=where)
+        cut = getattr(vectors.embedder, "relevant_distance", None)
+        relevant = [hit for hit in hits if args.all or cut is None or hit.distance <= cut]
+        print_memory_hits(relevant, as_json=args.json, redact=redact, left_out=len(hits) - len(relevant))
     elif args.action == "stats":
         print_memory_stats(vectors.stats(), as_json=args.json)
     else:
-        if not args.yes and not args.run and sys.stdin is not None and sys.stdin.isatty():
-            answer = input(f"Delete ALL {vectors.stats()['items']} memories in {settings.memory_url or settings.home_path}"
-                           " (every run's)? [y/N] ")
-            if answer.strip().lower() not in ("y", "yes"):
-                print("nothing was deleted")
-                return 1
-        removed = vectors.delete(where)
-        print(json.dumps({"removed": removed}) if args.json else
-              f"removed {removed} memories{f' of run {args.run}' if args.run else ''}")
+        _clear_memory(args, vectors, settings, where)
     return 0
+
+
+def _clear_memory(args: argparse.Namespace, vectors, settings, where) -> None:
+    """Deleting memories is never done unasked: a terminal asks, anything else needs --yes."""
+    from .ui import plural
+
+    count = vectors.count(where)
+    what = f"the {count} memories of run {args.run}" if args.run else f"ALL {count} memories (every run's)"
+    place = settings.memory_url or settings.home_path / "memory"
+    if args.run and not count:
+        raise ConfigError(f"no memories of run {args.run!r} in {place}: `miniagi memory stats` shows how many "
+                          "runs it holds, `miniagi runs` lists the runs")
+    if count and not args.yes:
+        if sys.stdin is None or not sys.stdin.isatty():
+            raise ConfigError(f"memory clear would delete {what} in {place}; without a terminal to ask in, "
+                              "confirm with --yes")
+        answer = input(f"Delete {what} in {place}? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            print("nothing was deleted")
+            raise SystemExit(1)
+    removed = vectors.delete(where) if count else 0
+    print(json.dumps({"removed": removed}) if args.json else
+          f"removed {plural(removed, 'memory', 'memories')}{f' of run {args.run}' if args.run else ''}")
 
 
 def cmd_ui(args: argparse.Namespace) -> int:

@@ -102,18 +102,25 @@ def cache_rate(result: dict) -> str:
     return f"{100 * (result.get('cached_prompt_tokens') or 0) / prompt:.0f}%" if prompt else "-"
 
 
-def print_memory_hits(hits, as_json: bool = False, redact=lambda text: text) -> None:
+def print_memory_hits(hits, as_json: bool = False, redact=lambda text: text, left_out: int = 0) -> None:
+    """Best match first, each with its similarity (1 - cosine distance) and where it comes from."""
     if as_json:
         print(json.dumps([{"id": h.id, "text": redact(h.text), "distance": round(h.distance, 4), **h.metadata}
                           for h in hits], ensure_ascii=False))
         return
     console = make_console()
     if not hits:
-        console.print("no memories found")
+        console.print("no relevant memories found")
     for hit in hits:
-        where = f"document {hit.metadata.get('source')}" if hit.kind == "document" else f"run {hit.run} step {hit.step}"
-        console.print(Text.assemble((f"{1 - hit.distance:.3f} ", "bold"), (f"{hit.kind} · {where}", "dim")))
+        if hit.kind == "document":
+            where = f"document {hit.metadata.get('source') or '?'}"
+        else:
+            where = f"{hit.kind} · run {hit.run}" + (f" step {hit.step}" if hit.step else "")
+        console.print(Text.assemble((f"similarity {1 - hit.distance:.2f}", "bold"), (f"  {where}", "dim")))
         console.print(Text(redact(hit.text[:500]) + ("…" if len(hit.text) > 500 else "")))
+    if left_out:
+        console.print(Text(f"({left_out} less relevant {'match' if left_out == 1 else 'matches'} left out: --all "
+                           "shows them)", "dim"))
 
 
 def print_memory_stats(stats: dict, as_json: bool = False) -> None:

@@ -37,8 +37,8 @@ def make_console(stderr: bool = False) -> Console:
     return console
 
 
-def plural(count: int, noun: str) -> str:
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+def plural(count: int, noun: str, many: str | None = None) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count:,} {many or noun + 's'}"
 
 
 def _preview(text: str, lines: int, width: int = 160) -> str:

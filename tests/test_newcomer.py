@@ -119,12 +119,21 @@ def test_recall_keeps_to_relevant_memories_of_this_workdir(cli, llm, isolated, t
 
 
 def test_clearing_all_memory_asks_first_in_a_terminal(cli, llm, isolated):
-    llm.add(act("memorize_thoughts", "keep me"), act("done", "ok"))
+    llm.add(act("memorize_thoughts", "The spare key is under the blue flowerpot."), act("done", "ok"))
     assert cli("remember", env=MEMORY_ON).returncode == 0
+    found = cli("memory", "search", "where is the spare key")
+    assert "similarity 0." in found.stdout and "note · run " in found.stdout and "flowerpot" in found.stdout
+    unrelated = cli("memory", "search", "quarterly tax rates in Belgium")  # only what is relevant is shown
+    assert "no relevant memories found" in unrelated.stdout and "--all shows them" in unrelated.stdout
     kept = run_in_terminal(llm, isolated, "n\n", "memory", "clear")
     assert kept.returncode == 1 and "nothing was deleted" in kept.stdout and "Delete ALL" in kept.stdout
     assert json.loads(cli("memory", "stats", "--json").stdout)["items"] > 0
-    cleared = cli("memory", "clear", "--json")  # no terminal: scripts are not asked
+    refused = cli("memory", "clear")  # no terminal to ask in: nothing is deleted without --yes
+    assert refused.returncode == 2 and one_line(refused.stderr) and "--yes" in refused.stderr
+    assert json.loads(cli("memory", "stats", "--json").stdout)["items"] > 0
+    unknown = cli("memory", "clear", "--run", "nosuchrun", "--yes")
+    assert unknown.returncode == 2 and "nosuchrun" in unknown.stderr and one_line(unknown.stderr)
+    cleared = cli("memory", "clear", "--json", "--yes")
     assert cleared.returncode == 0 and json.loads(cleared.stdout)["removed"] > 0
 
 
