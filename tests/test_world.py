@@ -110,6 +110,17 @@ def test_search_retries_rate_limits_and_gives_up_on_a_hang(monkeypatch):
         search(FakeSearch(30.0), "q", deadline_s=1)
 
 
+def test_a_search_failure_is_said_in_plain_words():
+    from ddgs.exceptions import DDGSException
+
+    dns = DDGSException("DNSError: DNSError('error sending request for url (https://html.duckduckgo.com/html/) > "
+                        "error resolving DNS > DNS error: no records found for Query { name: Name(\"html\") }')")
+    with pytest.raises(SearchUnavailable) as raised:
+        search(FakeSearch(dns), "q")
+    assert str(raised.value) == "the search engine's address could not be looked up: no network or no DNS here"
+    assert websearch.plain_reason(Exception("weird\nsecond line")) == "weird"
+
+
 def test_the_real_ddgs_path_fails_fast_and_the_run_goes_on(cli, llm, isolated):
     llm.add(act("web_search", "tidal energy norway"), act("done", "searched"))
     proc = cli("-y", "search the web", env={"DDGS_PROXY": "http://127.0.0.1:9"})  # nothing listens there
@@ -118,6 +129,7 @@ def test_the_real_ddgs_path_fails_fast_and_the_run_goes_on(cli, llm, isolated):
     seen = [json.loads(line) for line in (directory / "trace.jsonl").read_text().splitlines()]
     observation = next(e["text"] for e in seen if e["type"] == "observation")
     assert observation.startswith("Web search is unavailable right now")
+    assert "Query {" not in observation and "could not be reached" in observation
 
 
 def agent_for(llm, isolated, backend=None, **options):
