@@ -29,6 +29,7 @@ from .protocols import one_command_line
 from .runs import RunRecord, now_iso, process_identity
 from .redaction import redact_data
 from .state import RunState
+from .ui import plural
 from .stops import EXIT_CODES, Ending, LimitReached, Stop, Stuck, Submitted, TooManyFormatErrors, ending_for
 from .workspace import RunWorkspace
 
@@ -94,7 +95,8 @@ class Run:
     def drive(self) -> RunResult:
         state, record = self.state, self.record
         self.memory.background = state.background  # known once the start (or the trace) is read
-        self.ui.run_started(record.run_id, state.objective, self.settings.model, state.step if self.resumed else 0)
+        self.ui.run_started(record.run_id, state.objective, self.settings.model,
+                            state.step if self.resumed else None)
         restore_sigterm = _raise_on_sigterm()
         answer = None
         try:
@@ -140,7 +142,7 @@ class Run:
     def check_limits(self) -> None:
         state, settings = self.state, self.settings
         if state.step >= settings.max_steps:
-            raise LimitReached(f"step limit reached ({settings.max_steps} steps). Continue with "
+            raise LimitReached(f"step limit reached ({plural(settings.max_steps, 'step')}). Continue with "
                                f"`miniagi resume {self.record.run_id} --max-steps {settings.max_steps * 2}`")
         self.check_cost()
 

@@ -168,3 +168,15 @@ def test_a_batch_objective_interrupted_while_starting_is_recorded_as_interrupted
     (record,) = [json.loads(line) for line in (isolated.work / "jobs-txt-results" / "results.jsonl").read_text()
                  .splitlines()]
     assert record["status"] == "interrupted"
+
+
+def test_the_python_api_can_be_quiet_and_a_resume_says_where_it_goes_on(isolated, capfd):
+    from miniagi import Agent, ScriptedModel, Settings
+
+    settings = Settings(yes=True, unattended=True, workdir=str(isolated.work), home=str(isolated.home),
+                        memory_scope="off", max_steps=1)
+    stopped = Agent(settings, model=ScriptedModel([act("execute_python", "print(6 * 7)")]), quiet=True).run("six sevens")
+    assert stopped.status == "limit" and capfd.readouterr().err == ""  # nothing printed at all
+    loud = Agent(settings.with_overrides({"max_steps": 3}), model=ScriptedModel([act("done", "42")]))
+    assert loud.resume(stopped.run_id).answer == "42"
+    assert f"run {stopped.run_id} resuming at step 2" in capfd.readouterr().err
