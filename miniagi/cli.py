@@ -434,8 +434,18 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except OSError as error:  # the home or the disk: unwritable, full, a file where a folder should be
         where = f" {error.filename}" if error.filename else ""
-        print(f"miniagi: cannot use{where}: {error.strerror or error}", file=sys.stderr)
+        print(f"miniagi: cannot use{where}: {error.strerror or error}{_home_hint(args, error)}", file=sys.stderr)
         return 2 if error.errno in UNUSABLE_PLACE else 1  # else: the disk (full, failing)
+
+
+def _home_hint(args: argparse.Namespace, error: OSError) -> str:
+    """When the place that cannot be used is the home, say how to choose another."""
+    home = getattr(args, "home", None) or os.environ.get("MINIAGI_HOME") or "~/.miniagi"
+    home_path = os.path.realpath(os.path.expanduser(home))
+    filename = os.path.realpath(str(error.filename)) if error.filename else ""
+    if error.errno not in UNUSABLE_PLACE or not (filename == home_path or filename.startswith(home_path + os.sep)):
+        return ""
+    return f" (runs and memory live in {home_path}: give --home DIR or set MINIAGI_HOME to a writable folder)"
 
 
 def _objective_hint(argv: list[str]) -> None:
