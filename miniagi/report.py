@@ -24,19 +24,20 @@ def print_runs(store: RunStore, status: str | None = None, as_json: bool = False
         console.print(f"no runs{f' with status {status}' if status else ''} under {store.root}")
         return
     if not console.is_terminal:  # a pipe or a file: one whole line per run, tab-separated, for grep and cut
-        print("id\tstatus\tsteps\tcost\tcached\tobjective")
+        print("id\tstarted\tstatus\tsteps\tcost\tcached\tobjective")
         for result in results:
-            print("\t".join([str(result.get("run_id", "?")), str(result.get("status", "?")), str(result.get("steps", 0)),
+            print("\t".join([str(result.get("run_id", "?")), started(result), str(result.get("status", "?")),
+                             str(result.get("steps", 0)),
                              f"${result.get('cost_usd', 0):.4f}", cache_rate(result),
                              " ".join(str(result.get("objective", "")).split())]))
         return
     table = Table(box=None, header_style="bold")
-    for column, justify in (("id", "left"), ("status", "left"), ("steps", "right"), ("cost", "right"),
+    for column, justify in (("id", "left"), ("started", "left"), ("status", "left"), ("steps", "right"), ("cost", "right"),
                             ("cached", "right"), ("objective", "left")):
         table.add_column(column, justify=justify, no_wrap=column != "objective", overflow="ellipsis")
     for result in results:
         state = result.get("status", "?")
-        table.add_row(result.get("run_id", "?"), Text(state, style=STATUS_STYLES.get(state, "red")),
+        table.add_row(result.get("run_id", "?"), started(result), Text(state, style=STATUS_STYLES.get(state, "red")),
                       str(result.get("steps", 0)), f"${result.get('cost_usd', 0):.4f}", cache_rate(result),
                       Text(" ".join(str(result.get("objective", "")).split())[:200]))
     console.print(table)
@@ -94,6 +95,16 @@ def print_run(record: RunRecord, raw: bool = False, as_json: bool = False) -> No
         if result.get("answer") is not None:
             console.print(Text("answer:", style="bold green"))
             console.print(Text(str(result["answer"])))
+
+
+def started(result: dict) -> str:
+    """When a run started, in local time to the minute."""
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(str(result.get("started_at")).replace("Z", "+00:00")).astimezone().strftime("%Y-%m-%d %H:%M")
+    except ValueError:
+        return "?"
 
 
 def cache_rate(result: dict) -> str:
