@@ -27,10 +27,47 @@ COMMAND_HELP = {
 }
 
 
+class Parser(argparse.ArgumentParser):
+    """Whole option names only (`--max-step` is an error, not `--max-steps`), and an unknown option is told the
+    closest known one. Subcommands' parsers are of this class too."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def unknown(self, extras: list[str]) -> None:
+        import difflib
+
+        known = [name for action in self._actions for name in action.option_strings]
+        problems = []
+        for extra in extras:
+            name = extra.split("=", 1)[0]
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.6) if name.startswith("-") else []
+            problems.append(f"{extra} (did you mean {close[0]}?)" if close else extra)
+        what = "option" if len(extras) == 1 and extras[0].startswith("-") else "arguments"
+        self.error(f"unknown {what}: {', '.join(problems)} — "
+                   f"`{self.prog} --help` lists them")
+
+
+def _default(name: str) -> str:
+    """An option's default, as --help shows it."""
+    from dataclasses import fields
+
+    from .config import Settings
+
+    value = next(f.default for f in fields(Settings) if f.name == name)
+    if value in (None, (), False):
+        return ""
+    return f" (default: {value:g})" if isinstance(value, float) else f" (default: {value})"
+
+
 def _add_run_options(parser: argparse.ArgumentParser, with_json: bool = True) -> None:
     group = parser.add_argument_group("options (each also an environment variable; flag > env > ./.env > default)")
     for option in OPTIONS:
         env = ", ".join(option.env_names)
+        if option.negated_alias:
+            env += f"; {option.negated_alias}=false means the same, as in MiniAGI"
+            env = env.replace(f", {option.negated_alias};", ";")
         if option.boolean:
             names = [option.flag] + (["-y"] if option.name == "yes" else [])
             if option.name == "critic":
@@ -41,7 +78,8 @@ def _add_run_options(parser: argparse.ArgumentParser, with_json: bool = True) ->
                                    help=f"{option.help} [{env}]")
         else:
             group.add_argument(option.flag, dest=option.name, metavar=option.metavar, default=None,
-                               action="append" if option.repeatable else "store", help=f"{option.help} [{env}]")
+                               action="append" if option.repeatable else "store",
+                               help=f"{option.help}{_default(option.name)} [{env}]")
     if with_json:
         parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
 
@@ -54,7 +92,7 @@ def _add_follow_options(parser: argparse.ArgumentParser, what: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="miniagi",
         description="An autonomous agent: give it an objective, it works in short steps until done.",
         epilog='Examples:  miniagi "Find the largest file in this folder"   ·   miniagi run --help (all options)'
@@ -139,6 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     memory.add_argument("--memory-url", dest="memory_url", default=None,
                         help="a chromadb server holding the memory [MINIAGI_MEMORY_URL]")
     memory.add_argument("-y", "--yes", action="store_true", help="clear without asking (clear)")
+    parser.commands = commands.choices  # each subcommand's own parser, for its own usage errors
     return parser
 
 
@@ -411,10 +450,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if argv[0] not in HANDLERS and argv[0] not in ("-h", "--help", "--version"):
         argv.insert(0, "run")  # the default command: `miniagi "objective"`
+    extras: list[str] = []
     try:
-        args = parser.parse_args(argv)  # a usage error prints the usage and one line, and exits 2
+        # a usage error prints the usage and one line, and exits 2
+        args, extras = parser.parse_known_args(argv)
+        if extras:
+            parser.commands[args.command].unknown(extras)
     except SystemExit as stop:
-        if stop.code == 2 and argv[0] in HANDLERS and argv[0] != "run":
+        mistyped = bool(extras) and extras[0].startswith("-")  # an option (and its value), not an objective
+        if stop.code == 2 and argv[0] in HANDLERS and argv[0] != "run" and not mistyped:
             _objective_hint(argv)
         raise
     try:

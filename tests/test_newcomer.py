@@ -8,6 +8,8 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from .conftest import MEMORY_ON, act, one_line, run_dirs
 from .fake_llm import Fail
 from .test_end_to_end import _start, _wait_for, load_run, observations
@@ -29,6 +31,32 @@ def test_a_workdir_that_is_a_file_is_refused_and_a_missing_one_is_made(cli, llm,
 def test_an_objective_starting_with_a_command_name_gets_a_hint(cli):
     proc = cli("show", "me", "the", "largest", "file")
     assert proc.returncode == 2 and 'miniagi run "show me the largest file"' in proc.stderr
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--modle", "gpt-4o", "hello"], "unknown option: --modle (did you mean --model?)"),
+    (["--max-step", "3", "hello"], "unknown option: --max-step (did you mean --max-steps?)"),  # no abbreviations
+    (["show", "--rwa", "x"], "unknown option: --rwa (did you mean --raw?)"),
+    (["batch", "jobs.txt", "--worker", "3"], "unknown arguments: --worker (did you mean --workers?), 3"),
+])
+def test_an_unknown_option_is_named_with_the_closest_one(argv, expected, capsys):
+    from miniagi.cli import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and expected in err and "quote it" not in err
+    assert f"usage: miniagi {argv[0] if argv[0] in ('show', 'batch') else 'run'}" in err  # the command's own usage
+
+
+def test_help_shows_defaults_and_what_prompt_user_means(capsys):
+    from miniagi.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "spending limit in USD (0: no limit) (default: 2)" in text and "(default: gpt-4o-mini)" in text
+    assert "PROMPT_USER=false means the same" in text
 
 
 def test_a_killed_run_is_listed_as_interrupted_not_running(cli, llm, isolated):
