@@ -315,8 +315,8 @@ def _source_spec(workspace: Workspace, spec: str) -> str:
 
 @command(python=True)
 def ingest_data(workspace: Workspace, source: str) -> str | Outcome:
-    """Read a file (text, CSV, JSON, HTML, code, PDF…) or web page: its full text when short, else a summary; all
-    of it is stored in memory for later steps to recall.
+    """Read a file (text, HTML, PDF, CSV, code…) or web page: its full text when short, else a summary; all of it
+    is stored in memory for later steps to recall.
 
     source: a file path, an http(s) URL or the number of a web_search result
     """

@@ -74,7 +74,7 @@ The next message: Observation (step 1): {EXAMPLE_RESULT}
 Your next reply:
 {last}
 
-When the objective is achieved, reply with the command done and the complete final answer."""
+When the objective is achieved, reply with done and the complete final answer."""
 
 
 def _object_in(text: str) -> str:
