@@ -14,6 +14,7 @@ applies.
 from __future__ import annotations
 
 import inspect
+import json
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -122,8 +123,6 @@ class Parameter:
 
 
 def _as_text(value) -> str:
-    import json
-
     return json.dumps(value, ensure_ascii=False)
 
 
@@ -213,13 +212,15 @@ def command(needs_approval: bool = False, python: bool = False, action: bool = T
         doc = inspect.cleandoc(function.__doc__ or "")
         summary, _, rest = doc.partition("\n\n")
         described = dict(re.findall(r"^(\w+): (.+)$", rest, re.M))
-        for parameter in parameters:
-            if parameter.annotation not in SCHEMAS:
+        types = [p.annotation if isinstance(p.annotation, str) else inspect.formatannotation(p.annotation)
+                 for p in parameters]
+        for parameter, kind in zip(parameters, types):
+            if kind not in SCHEMAS:
                 raise TypeError(f"{function.__name__}: parameter {parameter.name} needs one of the types "
-                                f"{', '.join(SCHEMAS)}, not {parameter.annotation!r}")
+                                f"{', '.join(SCHEMAS)}, not {kind!r}")
         COMMANDS[function.__name__] = Command(
             function.__name__, " ".join(summary.split()),
-            tuple(Parameter(p.name, p.annotation, described.get(p.name, "")) for p in parameters), function,
+            tuple(Parameter(p.name, kind, described.get(p.name, "")) for p, kind in zip(parameters, types)), function,
             needs_approval=needs_approval, python=python or not action, action=action, returns=returns)
         return function
 

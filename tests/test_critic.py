@@ -46,7 +46,8 @@ def test_the_critic_reads_thought_command_fenced_argument_output_and_its_previou
     later = second["messages"][1]["content"]
     assert "YOUR PREVIOUS REVIEW:\nCRITICISM: FIRST-REVIEW-TEXT" in later
     assert later.count(" PASSED") < 30  # the old pytest dump is not repeated in full
-    assert "STEP 4\nThought: and again\nCommand: execute_shell\nArgument:\n```\necho fourth\n```\nOutput:\nfourth" in later
+    assert ("STEP 4\nThought: and again\nCommand: execute_shell\nArgument:\n```\necho fourth\n```\n"
+            "Output:\nfourth") in later
 
 
 def test_the_newest_step_is_shown_in_full_and_older_ones_trimmed():
