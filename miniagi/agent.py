@@ -21,7 +21,7 @@ from . import events as ev
 from .config import ConfigError, Settings, read_dotenv
 from .model import Model, PriceTable
 from .prompts import system_prompt
-from .protocols import PROTOCOLS
+from .protocols import formats
 from .run import Run, RunResult
 from .runs import RunStore, now_iso
 from .redaction import Redactor
@@ -64,7 +64,7 @@ class Agent:
         self.counter = counter_for(settings.model)
         self.critic_counter = counter_for(settings.model_for("critic"))
         self.summarizer_counter = counter_for(settings.model_for("summarizer"))
-        self.protocol = PROTOCOLS[settings.protocol]
+        self.protocol = formats()[settings.protocol]
         self.contexts = ContextBuilder(self.counter, self.budget, render_step=self.protocol.render)
         self.vectors = open_vector_memory(settings, self.environ, model, self.redact)
         self.system = system_prompt(str(settings.workdir_path), settings.protocol)

@@ -66,9 +66,11 @@ def parse_memory_scope(text: str) -> str:
 
 
 def parse_protocol(text: str) -> str:
+    from .protocols import formats  # the reply formats: one module each in miniagi/protocols/
+
     value = str(text).strip().lower()
-    if value not in PROTOCOLS:
-        raise ValueError(f"{text!r} is not one of {', '.join(PROTOCOLS)}")
+    if value not in formats():
+        raise ValueError(f"{text!r} is not one of {', '.join(formats())}")
     return value
 
 
@@ -92,9 +94,6 @@ def parse_text(text: str) -> str:
     if not value:
         raise ValueError("must not be empty")
     return value
-
-
-PROTOCOLS = ("tags", "tools", "json")  # how replies carry actions: see miniagi/protocols.py
 
 
 @dataclass(frozen=True)
