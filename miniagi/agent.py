@@ -26,6 +26,7 @@ from .run import Run, RunResult
 from .runs import RunStore, now_iso
 from .redaction import Redactor
 from .state import RunState
+from .trust import DotenvGuard
 from .ui import Terminal
 from .workspace import RunWorkspace
 from .websearch import DdgsBackend, SearchBackend
@@ -41,9 +42,10 @@ class Agent:
 
     def __init__(self, settings: Settings, *, model: Model | None = None, ui: Terminal | None = None,
                  environ: Mapping[str, str] | None = None, search_backend: SearchBackend | None = None,
-                 quiet: bool = False):
-        """`quiet`: print nothing on stderr (the Python API's choice; the CLI always shows progress)."""
-        self.settings = settings
+                 quiet: bool = False, offline: bool = False):
+        """`quiet`: print nothing on stderr (the Python API's choice; the CLI always shows progress). `offline`: the
+        agent's own commands reach no network (a replay): web search and URLs are refused."""
+        self.settings, self.offline = settings, offline
         self.search_backend = search_backend or DdgsBackend()
         self.environ = dict(os.environ if environ is None else environ)
         # the gate every text crosses before a model request, the run's files, the vector store or the terminal
@@ -59,6 +61,9 @@ class Agent:
         interactive = not settings.unattended and sys.stdin is not None and sys.stdin.isatty()
         self.ui = ui or Terminal(interactive=interactive, debug=settings.debug, quiet=quiet)
         self.ui.redact = self.redact
+        # a .env that code of an earlier run could have written is not obeyed without the user's say
+        self.dotenv = DotenvGuard(settings, self.environ)
+        self.dotenv.check(self.ui)
         self.store = RunStore(settings.home_path, self.redact)
         self.budget = Budget.from_settings(settings)
         self.counter = counter_for(settings.model)

@@ -260,12 +260,20 @@ def cmd_chat(args: argparse.Namespace) -> int:
 def cmd_resume(args: argparse.Namespace) -> int:
     from .agent import Agent, recorded_settings
 
+    from .trust import narrowed
+
     flags = _flags(args)
     store = _store(args)
     overrides = {name: value for name, value in flags.items() if value is not None}
-    # the recorded settings, with what was given now on top; runs stay where they were found
-    settings = recorded_settings(store, args.run_id).with_overrides({**overrides, "home": str(store.root.parent)})
-    result = Agent(settings).resume(args.run_id)
+    # the recorded settings, none wider than the user's current ones (code the run executed could have rewritten
+    # the trace), with what was given now on top; runs stay where they were found
+    settings, differences = narrowed(recorded_settings(store, args.run_id), resolve_settings(flags))
+    settings = settings.with_overrides({**overrides, "home": str(store.root.parent)})
+    agent = Agent(settings)
+    said = [text for name, text in differences.items() if name not in overrides and name != "home"]
+    if said:
+        agent.ui.warn("not taken from the run's trace: " + "; ".join(said) + " (give an option to choose)")
+    result = agent.resume(args.run_id)
     return _finish(result, args.json)
 
 

@@ -6,7 +6,6 @@ names and the MiniAGI aliases are all generated from it.
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 from dataclasses import asdict, dataclass, fields, replace
@@ -257,19 +256,20 @@ def _parse(option: Option, value: Any, source: str) -> Any:
         raise ConfigError(f"{source}: {exc}") from None
 
 
+_dotenv_read: dict[str, tuple[tuple[str, str], ...]] = {}
+
+
 def read_dotenv(directory: Path | None = None) -> dict[str, str]:
-    """The .env of the current directory (MiniAGI keeps its settings there)."""
-    path = (directory or Path.cwd()) / ".env"
-    try:
-        modified = path.stat().st_mtime_ns if path.is_file() else None
-    except OSError:
-        modified = None
-    return {} if modified is None else dict(_parse_dotenv(str(path), modified))
+    """The .env of the current directory (MiniAGI keeps its settings there), as this process first read it: a .env
+    that changes while miniagi runs (code that a run executes can write it) is never read again (see trust.py)."""
+    path = str(((directory or Path.cwd()) / ".env").absolute())
+    if path not in _dotenv_read:
+        _dotenv_read[path] = _parse_dotenv(path) if os.path.isfile(path) else ()
+    return dict(_dotenv_read[path])
 
 
-@functools.lru_cache(maxsize=8)
-def _parse_dotenv(path: str, modified: int) -> tuple[tuple[str, str], ...]:
-    """One parse per version of the file: a line it cannot parse is reported once, with the file's name."""
+def _parse_dotenv(path: str) -> tuple[tuple[str, str], ...]:
+    """The file's settings: a line it cannot parse is reported, with the file's name."""
     import logging
 
     from dotenv import dotenv_values

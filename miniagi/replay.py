@@ -13,6 +13,7 @@ from .commands import COMMANDS
 from .config import ConfigError, Settings
 from .model import Completion, ScriptExhausted, ToolCall, local_completion
 from .runs import RunRecord, RunStore
+from .trust import narrowed
 
 
 class ReplayModel:
@@ -141,9 +142,19 @@ def replay(source: str, settings: Settings, overrides: dict, ui=None) -> ReplayR
     # a trace never grants approval: -y must be given now, or the person at the terminal is asked, as by `run`
     yes = bool(overrides.get("yes"))
     interactive = ui is not None and ui.interactive
-    replay_settings = Settings.from_dict(recording.settings).with_overrides(
+    # nothing wider than the user's settings comes from the trace (a crafted file, or one code rewrote)
+    replay_settings, differences = narrowed(Settings.from_dict(recording.settings), settings)
+    # the agent contacts nothing: memory stays local (no memory server, no endpoint embeddings) or is off
+    local_memory = replay_settings.memory_url is None and replay_settings.embedding_model == "local"
+    replay_settings = replay_settings.with_overrides(
         {**{k: v for k, v in overrides.items() if v is not None}, "home": str(settings.home_path), "yes": yes,
-         "unattended": not interactive})
+         "unattended": not interactive, **({} if local_memory else {"memory_scope": "off"})})
+    if ui is not None:
+        said = [text for name, text in differences.items() if name not in ("yes", "home")]
+        if said:
+            ui.warn("not taken from the recording: " + "; ".join(said))
+        ui.say("a replay contacts nothing: no model (the recorded replies answer), no web search or URL, "
+               + ("local memory only" if local_memory else "no memory"))
     runs_code = sorted({c for c in recording.commands.values() if c in COMMANDS and COMMANDS[c].needs_approval})
     if runs_code and not yes and not interactive:
         raise ConfigError(f"this replay runs the recorded {' and '.join(runs_code)} commands again: give -y to "
@@ -157,7 +168,8 @@ def replay(source: str, settings: Settings, overrides: dict, ui=None) -> ReplayR
     elif ui is not None and runs_code:
         ui.warn(f"commands run in {replay_settings.workdir_path}")
     model = ReplayModel(recording.responses)
-    result = Agent(replay_settings, model=model, ui=ui).run(recording.objective, origin={"replay_of": recording.run_id})
+    result = Agent(replay_settings, model=model, ui=ui, offline=True).run(recording.objective,
+                                                                          origin={"replay_of": recording.run_id})
     replayed = Recording.from_events(list(store.open(result.run_id).events()), result.run_id)
     differing, first = compare(recording, replayed)
     return ReplayReport(original=recording.run_id, replay_run=result.run_id, status=result.status,

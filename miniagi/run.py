@@ -70,6 +70,7 @@ class Run:
                                                    search_backend=agent.search_backend, summarize=self.summarize,
                                                    counter=agent.summarizer_counter)
         self.workspace.memory, self.workspace.summarize = self.memory, self.summarize
+        self.workspace.offline = agent.offline
         self.workspace.step = lambda: self.state.step
         self.workspace.tool_handler = self.call_tool
         self.nested = Outcome()  # notes and memories of the commands code called during this step
@@ -122,6 +123,9 @@ class Run:
             if self.owns_workspace:
                 self.workspace.close()
             self.flush_memory()
+            for path in self.agent.dotenv.changed():
+                self.ui.warn(f"{path} changed during this run: settings in it that reach the network, widen what code "
+                             "may do or raise a limit will not be used until you confirm them")
         if ending.discard:
             record.close()
             shutil.rmtree(record.dir, ignore_errors=True)

@@ -198,6 +198,11 @@ class Terminal:
             return Approval(False, "The user refused to run this command. Choose another way forward.")
         return Approval(False, f"The user did not run this command and said: {answer}")
 
+    def confirm(self, question: str) -> bool:
+        """A yes/no question whose safe answer is no: only y or yes says yes."""
+        self.console.print(Text(self.shown(question), style="bold yellow"))
+        return self._input("[bold]\\[y]es / \\[N]o:[/] ").strip().lower() in ("y", "yes")
+
     def ask_user(self, message: str) -> str:
         self.console.print(Panel(Text(self.shown(message)), title="the agent asks", border_style="cyan"))
         return self._input("[bold]your reply:[/] ")

@@ -16,8 +16,8 @@ from .containment import Containment, Limits
 from .execution import PythonSession, run_shell
 from .sandbox import Sandbox
 from .redaction import child_environment
-from .sources import Document, read_source
-from .websearch import SearchBackend, SearchResult, search
+from .sources import Document, SourceError, is_url, read_source
+from .websearch import SearchBackend, SearchResult, SearchUnavailable, search
 
 
 class MemoryShelf:
@@ -56,6 +56,7 @@ class RunWorkspace:
         self.answer_tokens = budget.answer
         self.last_search: list[SearchResult] = []
         self.step = step
+        self.offline = False  # a replay's: the agent's own commands reach no network
         # runs a command that code in execute_python called as a function (set by the run)
         self.tool_handler: Callable[[str, str], dict] | None = None
         self._python: PythonSession | None = None
@@ -87,9 +88,13 @@ class RunWorkspace:
         return f"The user replied: {reply}" if reply else "The user gave no reply."
 
     def search(self, query: str, max_results: int) -> list[SearchResult]:
+        if self.offline:
+            raise SearchUnavailable("a replay contacts nothing")
         return search(self.search_backend, query, max_results)
 
     def read(self, source: str) -> Document:
+        if self.offline and is_url(source):
+            raise SourceError("a replay contacts nothing: the recorded run's reading is in its trace")
         return read_source(source, self.workdir, self.settings.read_timeout)
 
     def progress(self, text: str) -> None:

@@ -4,8 +4,11 @@ terminal (escape sequences), and run ids given as paths. Issue 20's attacks, tri
 from __future__ import annotations
 
 import json
-
-import pytest
+import os
+import pty
+import subprocess
+import sys
+from pathlib import Path
 
 from miniagi.cli import main
 
@@ -128,3 +131,134 @@ def test_a_replay_is_marked_and_counts_no_model_calls(cli, llm, isolated, capsys
     assert f"(replay of {original.name}) say hi" in out
     code, out, _ = in_process(capsys, "show", replayed.name)
     assert f"a replay of run {original.name}" in out and "0 model calls (2 replayed responses)" in out
+
+
+def in_terminal(isolated, typed: str, *args: str) -> subprocess.CompletedProcess:
+    """miniagi with a pseudo-terminal as stdin (what the person types queued up front), the endpoint from ./.env."""
+    master, slave = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_BASE_URL", "OPENAI_API_KEY")}
+    env["MINIAGI_MEMORY_SCOPE"] = "off"
+    try:
+        os.write(master, typed.encode())
+        return subprocess.run([sys.executable, "-m", "miniagi", *args], cwd=isolated.work, stdin=slave, env=env,
+                              capture_output=True, text=True, timeout=120)
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+# --- .env: read once, and not obeyed after a run could have written it ------------------------------------------------
+def test_a_dotenv_that_a_run_rewrote_is_not_obeyed_without_the_user(cli, llm, isolated):
+    from .fake_llm import FakeLLM
+
+    no_endpoint = {"OPENAI_BASE_URL": None, "OPENAI_API_KEY": None}
+    dotenv = isolated.work / ".env"
+    dotenv.write_text(f"OPENAI_BASE_URL={llm.url}\nOPENAI_API_KEY=sk-dotenv-key-123456\nMINIAGI_MAX_STEPS=9\n")
+    with FakeLLM() as thief:
+        planted = f"OPENAI_BASE_URL={thief.url}\nMINIAGI_PASS_ENV=AWS_SECRET_ACCESS_KEY\n"
+        llm.add(act("execute_python", f"open('.env', 'a').write({planted!r})"), act("done", "planted"))
+        first = cli("-y", "tidy up", env=no_endpoint)  # a .env miniagi never used: taken as it is
+        assert first.returncode == 0, first.stderr
+        assert f"{dotenv} changed during this run" in first.stderr
+        # the next ordinary run: the key is not sent to the planted endpoint, no secret is passed
+        second = cli("-y", "next", env={**no_endpoint, "AWS_SECRET_ACCESS_KEY": "aws-secret-value-777"})
+        assert second.returncode == 2 and one_line(second.stderr), second.stderr
+        assert "OPENAI_BASE_URL=" + thief.url in second.stderr and "MINIAGI_PASS_ENV" in second.stderr
+        assert "sk-dotenv" not in second.stderr and "MINIAGI_MAX_STEPS" not in second.stderr
+        assert thief.requests == [] and len(llm.requests) == 2
+        # the user's say, at a terminal: no refuses, yes uses it, and from then on it is trusted
+        refused = in_terminal(isolated, "n\n", "next")
+        assert refused.returncode == 2 and "Use it?" in refused.stderr and thief.requests == []
+        thief.add(act("done", "via the new endpoint"))
+        confirmed = in_terminal(isolated, "y\n", "next")
+        assert confirmed.returncode == 0, confirmed.stderr
+        thief.add(act("done", "again"))
+        assert cli("-y", "again", env=no_endpoint).returncode == 0 and len(thief.requests) == 2
+        # a setting given in the environment wins over the .env, so its changed value is not asked about
+        dotenv.write_text(f"OPENAI_BASE_URL=http://127.0.0.1:9/v1\nMINIAGI_PASS_ENV=AWS_SECRET_ACCESS_KEY\n")
+        llm.add(act("done", "env wins"))
+        assert cli("env wins").returncode == 0
+
+
+def test_a_dotenv_beside_the_code_is_remembered_and_its_home_cannot_move_its_trust(cli, llm, isolated, tmp_path):
+    project = tmp_path / "project"
+    project.mkdir()
+    llm.add(act("execute_shell", "printf 'MINIAGI_HOME=/tmp/elsewhere\\nMINIAGI_MAX_COST=0\\n' > .env"),
+            act("done", "ok"))
+    default_home = {"MINIAGI_HOME": None}  # ~/.miniagi
+    # the run works in project/ from elsewhere: the .env beside its code is remembered as it was (absent)
+    assert cli("-y", "--workdir", str(project), "work there", env=default_home).returncode == 0
+    trusted = json.loads((Path.home() / ".miniagi" / "trusted-env.json").read_text())
+    assert trusted[str(project / ".env")] == {}
+    llm.add(act("done", "never"))
+    # MINIAGI_HOME from that .env would move the record it is checked against: the default home's is used
+    proc = cli("-y", "run there", cwd=project, env=default_home)
+    assert proc.returncode == 2 and "MINIAGI_MAX_COST=0" in proc.stderr and "MINIAGI_HOME=" in proc.stderr, \
+        proc.stderr
+    assert len(llm.requests) == 2
+
+
+# --- resume and replay: a trace grants nothing ------------------------------------------------------------------------
+def tamper(directory, **settings) -> None:
+    """What code that found the home did: rewrite the run's recorded settings."""
+    trace = directory / "trace.jsonl"
+    lines = trace.read_text().splitlines()
+    start = json.loads(lines[0])
+    start["settings"].update(settings)
+    trace.write_text("\n".join([json.dumps(start), *lines[1:]]) + "\n")
+
+
+WIDER = {"pass_env": ["AWS_SECRET_ACCESS_KEY"], "max_cost": 0, "exec_timeout": 99999, "yes": True,
+         "memory_url": "http://127.0.0.1:9/", "embedding_model": "text-embedding-3-small"}
+
+
+def test_resume_takes_no_widening_setting_from_the_trace(cli, llm, isolated):
+    llm.add(act("memorize_thoughts", "step one"))
+    assert cli("--max-steps", "1", "two steps").returncode == 3
+    (directory,) = run_dirs(isolated.home)
+    tamper(directory, **WIDER)
+    llm.add(act("execute_python", "import os; print('passed:', 'AWS_SECRET_ACCESS_KEY' in os.environ)"),
+            act("done", "resumed"))
+    proc = cli("resume", "last", "--max-steps", "5", env={"AWS_SECRET_ACCESS_KEY": "aws-secret-value-777"})
+    assert proc.returncode == 0, proc.stderr
+    said = proc.stderr[proc.stderr.index("not taken from the run's trace"):]
+    for shown in ("--pass-env AWS_SECRET_ACCESS_KEY (now none)", "--max-cost 0: no limit (now 2.0)",
+                  "--exec-timeout 99999", "--yes on (now off)", "--memory-url http://127.0.0.1:9/ (now none)"):
+        assert shown in said, shown
+    _, _, trace = load_run(isolated.home)
+    resumed = next(e for e in trace if e["type"] == "resume")["settings"]
+    assert (resumed["pass_env"], resumed["max_cost"], resumed["exec_timeout"], resumed["yes"],
+            resumed["memory_url"]) == ([], 2.0, 120.0, False, None)
+    observation = next(e["text"] for e in trace if e["type"] == "observation" and e["step"] == 2)
+    assert observation.startswith("Not run: execute_python needs the user's approval"), observation  # no -y granted
+    # a limit the user raised at the start is not taken either: they raise it again
+    llm.add(act("memorize_thoughts", "one"))
+    assert cli("--max-steps", "1", "--max-cost", "7", "again").returncode == 3
+    llm.add(act("done", "fine"))
+    proc = cli("resume", "last", "--max-steps", "3")
+    assert proc.returncode == 0 and "--max-cost 7.0 (now 2.0)" in proc.stderr, proc.stderr
+    llm.add(act("memorize_thoughts", "one"), act("done", "fine"))
+    assert cli("--max-steps", "1", "--max-cost", "7", "and again").returncode == 3
+    proc = cli("resume", "last", "--max-steps", "3", "--max-cost", "7")
+    assert proc.returncode == 0 and "not taken" not in proc.stderr, proc.stderr
+
+
+def test_replay_contacts_nothing_and_takes_nothing_wider_from_the_trace(cli, llm, isolated):
+    from .pages import Site
+
+    site = Site()
+    try:
+        llm.add(act("process_data", f"What is it about?|{site.url('/plain.txt')}"), "gardening",
+                act("done", "gardening"))
+        assert cli("-y", "what is the page about").returncode == 0
+        (directory,) = run_dirs(isolated.home)
+        tamper(directory, **WIDER, memory_scope="global")
+        calls, hits = len(llm.requests) + len(llm.embedding_requests), len(site.hits)
+        proc = cli("replay", directory.name, "-y", env={"AWS_SECRET_ACCESS_KEY": "aws-secret-value-777"})
+        assert "a replay contacts nothing" in proc.stderr, proc.stderr
+        assert "not taken from the recording" in proc.stderr and "--pass-env AWS_SECRET_ACCESS_KEY" in proc.stderr
+        assert proc.returncode == 1  # the page was not read again: the observation differs, and says why
+        assert "a replay contacts nothing" in proc.stdout
+        assert (len(llm.requests) + len(llm.embedding_requests), len(site.hits)) == (calls, hits)
+    finally:
+        site.close()

@@ -1,0 +1,163 @@
+"""What a run can write is not trusted later without the user's say: the `.env` files miniagi reads, and a run's
+trace (resume, replay). See docs/security.md.
+
+- `.env` is read once, at start-up (config.read_dotenv). The settings in it that choose where data goes, widen what
+  executed code sees or may do, lift approval or raise a limit (`SENSITIVE`) are remembered per file, as a hash of
+  each value, in `$MINIAGI_HOME/trusted-env.json`. When one of them is new or changed since miniagi last used that
+  file, the person at the terminal is asked; with no one to ask, the run is refused (exit 2). A file miniagi has
+  never used (nor run code beside) is trusted as it is, and remembered. A `.env` changed during a run is reported
+  at its end.
+- A trace's settings are the run's own record, and code that the run executed could rewrite them. `resume` and
+  `replay` take the widening settings from the user's current settings, never from the trace, and a limit only as
+  low as the trace has it; every difference is said.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import fields, replace
+from pathlib import Path
+from typing import Mapping
+
+from .config import OPTIONS_BY_NAME, ConfigError, Settings, _from_layer, read_dotenv
+
+ENDPOINT_NAMES = ("OPENAI_BASE_URL", "OPENAI_API_BASE", "OPENAI_API_KEY")  # where requests go, with which key
+# where data goes, what executed code sees or may reach, whether a person approves, where runs are kept
+WIDENING = tuple(name for name in ("pass_env", "memory_url", "embedding_model", "prices", "yes", "home", "sandbox",
+                                   "sandbox_allow", "no_network") if name in {f.name for f in fields(Settings)})
+LIMITS = ("max_cost", "exec_timeout", "exec_memory")  # 0 means no limit (max_cost)
+SENSITIVE = WIDENING + LIMITS
+TRUST_FILE = "trusted-env.json"
+
+
+def _digest(value: str) -> str:
+    return hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _file_digest(path: Path) -> str | None:
+    try:
+        with open(path, "rb") as handle:
+            return hashlib.sha256(handle.read(1 << 20)).hexdigest()
+    except OSError:
+        return None
+
+
+def sensitive_values(dotenv: Mapping[str, str], environ: Mapping[str, str], settings: Settings) -> dict[str, str]:
+    """The sensitive settings this start takes from the .env: name → value (the environment or an option wins)."""
+    used = {name: dotenv[name] for name in ENDPOINT_NAMES if dotenv.get(name, "").strip() and not environ.get(name)}
+    for name in SENSITIVE:
+        option = OPTIONS_BY_NAME[name]
+        present = [env for env in option.env_names if env in dotenv]
+        if not present or any(env in environ for env in option.env_names):
+            continue
+        try:
+            taken = _from_layer(option, dotenv) == getattr(settings, name)
+        except ConfigError:
+            taken = False
+        if taken:  # (an option given on the command line would differ: then the .env's value is not used)
+            used.update({env: dotenv[env] for env in present})
+    return used
+
+
+class DotenvGuard:
+    """The start-up check of the .env (`check`), and what a run reports of .env files changed while it ran."""
+
+    def __init__(self, settings: Settings, environ: Mapping[str, str]):
+        self.settings, self.environ = settings, environ
+        self.path = Path.cwd().resolve() / ".env"  # the file read_dotenv reads
+        self.watched = {path: _file_digest(path) for path in {self.path, settings.workdir_path / ".env"}}
+
+    def check(self, ui) -> None:
+        used = sensitive_values(read_dotenv(), self.environ, self.settings)
+        # the record is kept where this .env cannot move it: its own MINIAGI_HOME is not where its trust is found
+        moved_home = any(name in used for name in OPTIONS_BY_NAME["home"].env_names)
+        home = Path(Settings.home).expanduser() if moved_home else self.settings.home_path
+        record_path = home / TRUST_FILE
+        record = _load(record_path)
+        known = record.get(str(self.path))
+        changed = sorted(name for name, value in used.items() if known is not None and known.get(name) != _digest(value))
+        if changed:
+            shown = ", ".join(f"{name}={_shown(name, used[name])}" for name in changed)
+            what = (f"{self.path} sets {shown}: new or changed since miniagi last used this file, and code that a "
+                    "run executes can write it")
+            if not getattr(ui, "interactive", False):
+                raise ConfigError(f"{what}. Confirm it by running miniagi in a terminal, or give the setting in the "
+                                  "environment or as an option (they take precedence over .env)")
+            if not ui.confirm(f"{what}. Use it?"):
+                raise ConfigError(f"{self.path} was not used: edit it, or give the setting in the environment or as "
+                                  "an option")
+        record[str(self.path)] = {**(known or {}), **{name: _digest(value) for name, value in used.items()}}
+        workdir_env = str(self.settings.workdir_path / ".env")
+        if workdir_env not in record:  # code will run beside it: from now on, what it holds is what was seen
+            from dotenv import dotenv_values
+
+            values = dotenv_values(workdir_env) if os.path.isfile(workdir_env) else {}
+            record[workdir_env] = {name: _digest(value) for name, value in values.items()
+                                   if value and (name in ENDPOINT_NAMES or _sensitive_name(name))}
+        _save(record_path, record)
+
+    def changed(self) -> list[Path]:
+        """The watched .env files whose bytes changed since the last look (each change is reported once)."""
+        found = []
+        for path, seen in self.watched.items():
+            now = _file_digest(path)
+            if now != seen:
+                found.append(path)
+                self.watched[path] = now
+        return sorted(found)
+
+
+def _sensitive_name(name: str) -> bool:
+    return any(name in OPTIONS_BY_NAME[option].env_names for option in SENSITIVE)
+
+
+def _shown(name: str, value: str) -> str:
+    if name == "OPENAI_API_KEY":
+        return "(a different key)"
+    from .redaction import URL_PASSWORD, REDACTED
+
+    return URL_PASSWORD.sub(lambda m: m.group(1) + REDACTED + m.group(3), value)
+
+
+def _load(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _save(path: Path, record: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    partial.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(partial, path)
+
+
+def narrowed(recorded: Settings, current: Settings) -> tuple[Settings, dict[str, str]]:
+    """A trace's settings made safe to run again: the widening ones are the current settings', a limit is the
+    trace's only where it is no looser than the current one. Returns them, and what differs (name → said)."""
+    values, differences = {}, {}
+    for name in WIDENING + LIMITS:
+        mine, theirs = getattr(current, name), getattr(recorded, name)
+        if name in LIMITS:
+            looser = (mine != 0 and (theirs == 0 or theirs > mine)) if name == "max_cost" else theirs > mine
+        else:
+            looser = mine != theirs
+        values[name] = mine if looser else theirs
+        if looser:
+            flag = OPTIONS_BY_NAME[name].flag
+            differences[name] = f"{flag} {_setting(name, theirs)} (now {_setting(name, mine)})"
+    return replace(recorded, **values), differences
+
+
+def _setting(name: str, value) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if name == "max_cost" and value == 0:
+        return "0: no limit"
+    if isinstance(value, (tuple, list)):
+        return ",".join(value) or "none"
+    return "none" if value is None else str(value)
