@@ -407,7 +407,7 @@ def _clear_memory(args: argparse.Namespace, vectors, settings, where) -> None:
 
 def cmd_ui(args: argparse.Namespace) -> int:
     try:
-        from .webui.app import serve
+        from .webui.app import listen, serve
     except ImportError as exc:
         raise ConfigError(f"the web UI needs its extra: pip install \"miniagi[ui]\" ({exc.name} is missing)") from None
     from .config import read_dotenv
@@ -417,8 +417,9 @@ def cmd_ui(args: argparse.Namespace) -> int:
         print(f"miniagi: warning: the UI listens on {args.host}: anyone who can reach this machine on port "
               f"{args.port} can read every run", file=sys.stderr)
     home = resolve_settings({"home": args.home}).home_path
+    sock = listen(args.host, args.port)
     print(f"miniagi ui: http://{args.host}:{args.port}/ (runs under {home}; Ctrl-C stops it)", file=sys.stderr)
-    serve(home, args.host, args.port, args.open, Redactor(os.environ, read_dotenv()))
+    serve(sock, home, args.host, args.port, args.open, Redactor(os.environ, read_dotenv()))
     return 0
 
 

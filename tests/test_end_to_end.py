@@ -286,7 +286,7 @@ def test_interrupt_saves_state_exits_130_and_resume_finishes_without_repeating(c
 
     llm.script.clear()
     llm.add(act("execute_python", "print(open('steps.txt').read())"), act("done", "two steps"))
-    proc = cli("resume", directory.name)
+    proc = cli("resume", directory.name, "-y")  # a trace grants no approval: -y again
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "two steps"
     assert (isolated.work / "steps.txt").read_text() == "step1\nstep2\n"

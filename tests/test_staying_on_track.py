@@ -133,7 +133,7 @@ def test_a_run_killed_with_sigkill_mid_step_resumes_with_nothing_lost(cli, llm, 
     directory, result, trace = load_run(isolated.home)
     assert result["status"] == "running"  # it never got to say otherwise
     llm.add(act("execute_shell", "echo two >> log.txt"), act("done", "resumed"))
-    proc = cli("resume", directory.name)
+    proc = cli("resume", directory.name, "-y")  # a trace grants no approval: -y again
     assert proc.returncode == 0, proc.stderr
     assert (isolated.work / "log.txt").read_text() == "one\ntwo\n"
     _, result, trace = load_run(isolated.home)

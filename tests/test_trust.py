@@ -15,6 +15,7 @@ from miniagi.cli import main
 from .conftest import act, one_line, run_dirs
 from .test_end_to_end import load_run
 from .test_interactive import run_in_terminal
+from .test_ui import ui  # noqa: F401 (the fixture)
 
 ESC = "\x1b"
 # erase the line, go up one, erase it, go to column 1: what hid os.system(...) from the person approving it
@@ -262,3 +263,86 @@ def test_replay_contacts_nothing_and_takes_nothing_wider_from_the_trace(cli, llm
         assert (len(llm.requests) + len(llm.embedding_requests), len(site.hits)) == (calls, hits)
     finally:
         site.close()
+
+
+# --- the web UI --------------------------------------------------------------------------------------------------------
+def test_the_ui_answers_only_to_its_own_names_and_takes_run_ids_as_names(cli, llm, isolated, ui):
+    import httpx
+
+    from .test_ui import make_run
+
+    make_run(cli, llm)
+    (run,) = run_dirs(isolated.home)
+    port = ui.rsplit(":", 1)[1]
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}", "LOCALHOST"):
+        response = httpx.get(ui + "/api/runs", headers={"Host": host})
+        assert response.status_code == 200 and run.name in response.text, host
+    # a page of evil.example whose name now points at 127.0.0.1 (DNS rebinding) reads nothing
+    for path in ("/", "/api/runs", f"/runs/{run.name}", "/memory?q=x"):
+        response = httpx.get(ui + path, headers={"Host": f"evil.example:{port}"})
+        assert response.status_code == 421 and run.name not in response.text, path
+    (isolated.home / "not-a-run.txt").write_text("the home's own file")
+    for bad in ("%2e%2e", "..%2f..%2fetc", "%2fetc", "2025%2a", "%2e%2e%5cx"):
+        response = httpx.get(f"{ui}/runs/{bad}")
+        assert "is not a run id" in response.text or response.status_code == 404, bad  # (a / ends the route)
+        assert "home's own" not in response.text and run.name not in response.text
+        assert httpx.get(f"{ui}/runs/{bad}/events").status_code == 404
+    assert httpx.get(f"{ui}/runs/{run.name}/events?after=x").status_code == 400
+
+
+def tree(path) -> dict:
+    """Every file under path, with its bytes; the vector store's files only by name (chromadb brings its own index
+    up to date when a store is read)."""
+    return {str(p.relative_to(path)): b"" if "memory" in p.relative_to(path).parts[:1] else p.read_bytes()
+            for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def test_the_ui_writes_nothing_and_shows_a_runs_recall_as_text_under_its_step(cli, llm, isolated, ui):
+    import httpx
+
+    from .conftest import MEMORY_ON
+
+    before = tree(isolated.home)
+    page = httpx.get(ui + "/memory", params={"q": "anything"}, timeout=60).text
+    assert "no memory under" in page and tree(isolated.home) == before  # no empty store made
+    llm.add(act("memorize_thoughts", "The launch code of the rocket is PURPLE-SEVEN."), act("done", "noted"))
+    assert cli("-y", "remember the rocket's launch code", env=MEMORY_ON).returncode == 0
+    llm.add(act("done", "PURPLE-SEVEN"))
+    assert cli("-y", "what is the launch code of the rocket?", env=MEMORY_ON).returncode == 0
+    second = run_dirs(isolated.home)[-1]
+    before = tree(isolated.home)
+    assert "PURPLE-SEVEN" in httpx.get(ui + "/memory", params={"q": "launch code"}, timeout=60).text
+    page = httpx.get(f"{ui}/runs/{second.name}", timeout=60).text
+    assert tree(isolated.home) == before  # searching and showing wrote nothing
+    recall = page[page.index("recalled for step 1"):]
+    assert "The launch code of the rocket is PURPLE-SEVEN." in recall[:recall.index("</details>")]
+    # the step comes first, then its reply and what was recalled for it
+    assert page.index("step 1 ·") < page.index("raw agent reply · step 1") and \
+        page.index("step 1 ·") < page.index("recalled for step 1")
+
+
+def test_the_ui_on_a_port_in_use_says_so_in_one_line_and_exits_2(cli):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        proc = cli("ui", "--port", port, timeout=60)
+    assert proc.returncode == 2 and one_line(proc.stderr), proc.stderr
+    assert f"port {port}" in proc.stderr and "--port" in proc.stderr and "http://" not in proc.stderr
+
+
+def test_a_password_in_the_base_url_is_never_shown(cli, llm, isolated):
+    port = llm.url.split(":")[2].split("/")[0]
+    with_password = f"http://bob:pw-hunter2-xyz@127.0.0.1:{port}/v1"
+    llm.add(act("execute_shell", "echo $OPENAI_BASE_URL; env | grep -i proxy"), act("done", "seen"))
+    proc = cli("-y", "what is configured", env={"OPENAI_BASE_URL": with_password,
+                                                "HTTPS_PROXY": "http://carol:pw-proxy-777@127.0.0.1:9"})
+    assert proc.returncode == 0, proc.stderr
+    down = cli("anything", env={"OPENAI_BASE_URL": "http://bob:pw-hunter2-xyz@127.0.0.1:9/v1"})
+    assert down.returncode == 2 and "127.0.0.1:9" in down.stderr
+    (directory, *_) = run_dirs(isolated.home)
+    shown = proc.stdout + proc.stderr + down.stdout + down.stderr + json.dumps(llm.requests) + \
+        "".join(p.read_text() for p in directory.iterdir())
+    assert "pw-hunter2" not in shown and "pw-proxy" not in shown

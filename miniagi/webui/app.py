@@ -1,8 +1,11 @@
-"""The web app over $MINIAGI_HOME: read-only over runs, batches and memory.
+"""The web app over $MINIAGI_HOME: read-only over runs, batches and memory (it writes nothing, not even an empty
+memory store).
 
 Everything shown passes the run files' redaction again, and every text is escaped by the templates (observations
 and model replies are untrusted: a reply holding <script> is shown as text). A running run's page polls
 /runs/ID/events?after=N and appends the steps that came since, rendered here, so the page never reloads.
+Only requests that name this machine (loopback, or --host) in their Host header are answered: a web page elsewhere
+cannot reach the UI through a name it re-points at 127.0.0.1 (DNS rebinding).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -25,6 +28,54 @@ from ..runs import STATUSES, RunStore
 
 HERE = Path(__file__).parent
 FOLD_LINES = 12  # an observation longer than this is folded
+LOOPBACK = ("localhost", "127.0.0.1", "::1")
+ANY_HOST = ("0.0.0.0", "::", "")  # listening on every interface: the names it is reached by are unknown
+RECALLED_CHARS = 400  # of each recalled text on a run page
+
+
+def host_name(header: str) -> str:
+    """The name in a Host header, without its port ("[::1]:8000" → "::1")."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[1:header.find("]")] if "]" in header else header
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+
+
+class HostCheck:
+    """Answers only requests whose Host header names this machine the way the UI was started."""
+
+    def __init__(self, app, host: str):
+        self.app = app
+        self.allowed = None if host in ANY_HOST else {*LOOPBACK, host_name(host)}
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and self.allowed is not None:
+            headers = dict(scope.get("headers") or [])
+            if host_name(headers.get(b"host", b"").decode("latin-1")) not in self.allowed:
+                response = PlainTextResponse("this UI answers only to its own host name (localhost, 127.0.0.1)",
+                                             status_code=421)
+                return await response(scope, receive, send)
+        return await self.app(scope, receive, send)
+
+
+def in_step_order(events: list[ev.Event], running: bool) -> tuple[list[ev.Event], int]:
+    """The events with each step's model replies and recall shown after its action, not above it. While the run
+    goes on, a step's replies whose action has not come yet are held back: returned is how many events were used."""
+    ordered, waiting = [], []
+    for event in events:
+        if isinstance(event, (ev.ModelCall, ev.Recall)):
+            if waiting and waiting[0].step != event.step:
+                ordered, waiting = ordered + waiting, []
+            waiting.append(event)
+            continue
+        if waiting and isinstance(event, (ev.Action, ev.FormatError)) and event.step == waiting[0].step:
+            ordered += [event, *waiting]
+        else:
+            ordered += [*waiting, event]
+        waiting = []
+    if running:
+        return ordered, len(events) - len(waiting)
+    return ordered + waiting, len(events)
 
 
 def highlight(code: str, command: str) -> Markup:
@@ -58,7 +109,7 @@ def chart(points: list[tuple[int, int, float]]) -> Markup:
                   f'${total:.4f})</text></svg>')
 
 
-def create_app(home: Path, redact=lambda text: text) -> Starlette:
+def create_app(home: Path, redact=lambda text: text, host: str = "127.0.0.1"):
     store = RunStore(Path(home), redact)
     templates = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(default=True))
     templates.globals.update(highlight=highlight, fold_lines=FOLD_LINES, cache_rate=cache_rate)
@@ -71,6 +122,36 @@ def create_app(home: Path, redact=lambda text: text) -> Starlette:
         record = store.open(run_id)
         return record, ev.read(record.events())
 
+    memory: list = []  # the vector memory, opened (with its embedder) on first use and kept
+
+    def vector_memory():
+        """The memory, when there is one: the UI never creates it (a GET writes nothing)."""
+        if not memory:
+            if not (Path(home) / "memory" / "chroma.sqlite3").is_file():
+                return None
+            from ..agent import open_vector_memory
+            from ..config import Settings
+
+            memory.append(open_vector_memory(Settings(home=str(home), memory_scope="global"), {}, None, redact))
+        return memory[0]
+
+    def recalled(events: list[ev.Event]) -> dict[str, str]:
+        """id → text of every item the run's steps recalled (the ids alone say nothing to a reader)."""
+        ids = sorted({i for event in events if isinstance(event, ev.Recall) for i in event.ids})
+        if not ids:
+            return {}
+        try:
+            store_ = vector_memory()
+            found = store_.collection.get(ids=ids, include=["documents"]) if store_ is not None else {}
+        except Exception:  # a store that cannot be opened: the ids are shown
+            return {}
+        return {i: redact(text or "")[:RECALLED_CHARS] for i, text in zip(found.get("ids", []),
+                                                                           found.get("documents", []))}
+
+    def render_events(events: list[ev.Event], running: bool) -> tuple[str, int]:
+        ordered, used = in_step_order(events, running)
+        return templates.get_template("events.html").render(events=ordered, recalled=recalled(ordered)), used
+
     async def runs_list(request: Request):
         status, query = request.query_params.get("status") or None, request.query_params.get("q", "").strip()
         runs = [r for r in store.results(status) if query.lower() in str(r.get("objective", "")).lower()]
@@ -82,7 +163,8 @@ def create_app(home: Path, redact=lambda text: text) -> Starlette:
         except ConfigError as exc:
             return page("missing.html", message=str(exc))
         result = record.read_result()
-        return page("run.html", run_id=record.run_id, result=result, events=events, count=len(events),
+        html, used = render_events(events, result.get("status", "running") == "running")
+        return page("run.html", run_id=record.run_id, result=result, events_html=Markup(html), count=used,
                     chart=chart(usage(events)))
 
     async def run_events(request: Request):
@@ -91,10 +173,13 @@ def create_app(home: Path, redact=lambda text: text) -> Starlette:
             record, events = read_events(request.path_params["run_id"])
         except ConfigError as exc:
             return JSONResponse({"error": str(exc)}, status_code=404)
-        after = max(0, int(request.query_params.get("after", "0") or 0))
-        html = templates.get_template("events.html").render(events=events[after:])
+        try:
+            after = max(0, int(request.query_params.get("after", "0") or 0))
+        except ValueError:
+            return JSONResponse({"error": "after: give the number of events already shown"}, status_code=400)
         result = record.read_result()
-        return JSONResponse({"count": len(events), "html": html, "status": result.get("status", "running"),
+        html, used = render_events(events[after:], result.get("status", "running") == "running")
+        return JSONResponse({"count": after + used, "html": html, "status": result.get("status", "running"),
                              "chart": str(chart(usage(events))),
                              "meta": templates.get_template("meta.html").render(result=result)})
 
@@ -118,31 +203,27 @@ def create_app(home: Path, redact=lambda text: text) -> Starlette:
         return page("batch.html", file=str(path) if rows or problem else "", rows=rows, counts=counts,
                     problem=problem)
 
-    memory: list = []  # the vector memory, opened (with its embedder) on the first search and kept
-
     async def memory_page(request: Request):
         query = request.query_params.get("q", "").strip()
         hits, problem = [], ""
         if query:
             try:
-                if not memory:
-                    from ..agent import open_vector_memory
-                    from ..config import Settings
-
-                    memory.append(open_vector_memory(Settings(home=str(home), memory_scope="global"), {}, None,
-                                                     redact))
-                hits = memory[0].search(query, 10)
-            except Exception as exc:  # no memory yet, or a store that cannot be opened
+                found = vector_memory()
+                if found is None:
+                    problem = f"there is no memory under {home} yet"
+                else:
+                    hits = found.search(query, 10)
+            except Exception as exc:  # a store that cannot be opened
                 problem = f"{type(exc).__name__}: {exc}"
         return page("memory.html", query=query, hits=hits, problem=problem)
 
     async def api_runs(request: Request):
         return JSONResponse(store.results(request.query_params.get("status") or None))
 
-    return Starlette(routes=[
+    return HostCheck(Starlette(routes=[
         Route("/", runs_list), Route("/runs/{run_id}", run_page), Route("/runs/{run_id}/events", run_events),
         Route("/batch", batch_page), Route("/memory", memory_page), Route("/api/runs", api_runs),
-        Mount("/static", StaticFiles(directory=HERE / "static"), name="static")])
+        Mount("/static", StaticFiles(directory=HERE / "static"), name="static")]), host)
 
 
 def usage(events: list[ev.Event]) -> list[tuple[int, int, float]]:
@@ -158,7 +239,24 @@ def usage(events: list[ev.Event]) -> list[tuple[int, int, float]]:
     return [(step, tokens, cost) for step, (tokens, cost) in sorted(steps.items()) if step > 0]
 
 
-def serve(home: Path, host: str, port: int, open_browser: bool, redact) -> None:
+def listen(host: str, port: int):
+    """The UI's socket, bound before anything is said: a port in use is a usage error (exit 2), not a crash."""
+    import socket
+
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        if "sock" in locals():
+            sock.close()
+        raise ConfigError(f"cannot listen on {host} port {port}: {exc.strerror or exc} (choose another with "
+                          "--port, or --host)") from None
+    return sock
+
+
+def serve(sock, home: Path, host: str, port: int, open_browser: bool, redact) -> None:
     import uvicorn
 
     url = f"http://{host}:{port}/"
@@ -167,4 +265,5 @@ def serve(home: Path, host: str, port: int, open_browser: bool, redact) -> None:
         import webbrowser
 
         threading.Timer(1.0, lambda: webbrowser.open(url)).start()
-    uvicorn.run(create_app(home, redact), host=host, port=port, log_level="warning")
+    server = uvicorn.Server(uvicorn.Config(create_app(home, redact, host), log_level="warning"))
+    server.run(sockets=[sock])
