@@ -116,8 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     resume = commands.add_parser("resume", help=COMMAND_HELP["resume"],
                                  description=COMMAND_HELP["resume"] + ". It runs with the settings it was started "
-                                 "with; options given here override them (raise --max-steps or --max-cost to go "
-                                 "on past a limit).")
+                                 "with, none wider than your current ones (--pass-env, -y, a higher --max-cost: give "
+                                 "them again); options given here override them (raise --max-steps or --max-cost to "
+                                 "go on past a limit).")
     resume.add_argument("run_id", help="the run's id, a unique prefix of it, or last (the newest run)")
     _add_run_options(resume)
 
@@ -259,7 +260,6 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
 def cmd_resume(args: argparse.Namespace) -> int:
     from .agent import Agent, recorded_settings
-
     from .trust import narrowed
 
     flags = _flags(args)
@@ -354,6 +354,8 @@ def cmd_memory(args: argparse.Namespace) -> int:
                                  "memory_url": args.memory_url})
     vectors = open_vector_memory(settings.with_overrides({"memory_scope": "global"}), os.environ, None)
     redact = Redactor(os.environ, read_dotenv())  # memories stored before the secret gate existed, too
+    if args.run:
+        args.run = _memory_run(settings, args.run)
     where = {"run": args.run} if args.run else None
     try:
         return _memory_action(args, vectors, settings, where, redact)
@@ -362,6 +364,18 @@ def cmd_memory(args: argparse.Namespace) -> int:
     except Exception as exc:  # chromadb: a server that is not there, a store it cannot open
         raise MemoryUnavailable(f"the memory at {settings.memory_url or settings.home_path / 'memory'} cannot be "
                                 f"used: {type(exc).__name__}: {exc}") from None
+
+
+def _memory_run(settings, run_id: str) -> str:
+    """--run takes an id as every command does (a unique prefix, or last); memories outlive a run's folder, so an
+    id that no run folder starts with is taken as it is."""
+    from .runs import RUN_ID, RunStore
+
+    store = RunStore(settings.home_path)
+    names = [p.name for p in store.root.iterdir()] if store.root.is_dir() else []
+    if run_id != "last" and RUN_ID.fullmatch(run_id) and not any(name.startswith(run_id) for name in names):
+        return run_id
+    return store.open(run_id).run_id
 
 
 def _memory_action(args: argparse.Namespace, vectors, settings, where, redact) -> int:

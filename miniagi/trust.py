@@ -77,7 +77,8 @@ class DotenvGuard:
         record_path = home / TRUST_FILE
         record = _load(record_path)
         known = record.get(str(self.path))
-        changed = sorted(name for name, value in used.items() if known is not None and known.get(name) != _digest(value))
+        changed = sorted(name for name, value in used.items()
+                         if known is not None and known.get(name) != _digest(value))
         if changed:
             shown = ", ".join(f"{name}={_shown(name, used[name])}" for name in changed)
             what = (f"{self.path} sets {shown}: new or changed since miniagi last used this file, and code that a "
@@ -93,7 +94,10 @@ class DotenvGuard:
         if workdir_env not in record:  # code will run beside it: from now on, what it holds is what was seen
             from dotenv import dotenv_values
 
-            values = dotenv_values(workdir_env) if os.path.isfile(workdir_env) else {}
+            try:
+                values = dotenv_values(workdir_env, encoding="utf-8") if os.path.isfile(workdir_env) else {}
+            except (OSError, UnicodeDecodeError):
+                values = {}
             record[workdir_env] = {name: _digest(value) for name, value in values.items()
                                    if value and (name in ENDPOINT_NAMES or _sensitive_name(name))}
         _save(record_path, record)
@@ -116,7 +120,7 @@ def _sensitive_name(name: str) -> bool:
 def _shown(name: str, value: str) -> str:
     if name == "OPENAI_API_KEY":
         return "(a different key)"
-    from .redaction import URL_PASSWORD, REDACTED
+    from .redaction import REDACTED, URL_PASSWORD
 
     return URL_PASSWORD.sub(lambda m: m.group(1) + REDACTED + m.group(3), value)
 

@@ -12,11 +12,12 @@ from pathlib import Path
 
 from miniagi.cli import main
 
+from . import test_ui
 from .conftest import act, one_line, run_dirs
 from .test_end_to_end import load_run
 from .test_interactive import run_in_terminal
-from .test_ui import ui  # noqa: F401 (the fixture)
 
+ui = test_ui.ui  # the web UI served over the test's home (a fixture)
 ESC = "\x1b"
 # erase the line, go up one, erase it, go to column 1: what hid os.system(...) from the person approving it
 HIDING = f"{ESC}[2K{ESC}[1A{ESC}[2K{ESC}[1G"
@@ -118,7 +119,9 @@ def test_continue_and_last_follow_the_newest_run_of_this_work_directory(cli, llm
     assert len(run_dirs(isolated.home)) == len(here) + 2
 
 
-def test_a_replay_is_marked_and_counts_no_model_calls(cli, llm, isolated, capsys):
+def test_a_replay_is_marked_and_counts_no_model_calls(cli, llm, isolated, capsys, ui):
+    import httpx
+
     llm.add(act("execute_shell", "echo hi"), act("done", "said hi"))
     assert cli("-y", "say hi").returncode == 0
     (original,) = run_dirs(isolated.home)
@@ -129,9 +132,12 @@ def test_a_replay_is_marked_and_counts_no_model_calls(cli, llm, isolated, capsys
     result = json.loads((replayed / "result.json").read_text())
     assert (result["replay_of"], result["llm_calls"], result["replayed_responses"]) == (original.name, 0, 2)
     code, out, _ = in_process(capsys, "runs")
-    assert f"(replay of {original.name}) say hi" in out
+    assert code == 0 and f"(replay of {original.name}) say hi" in out
     code, out, _ = in_process(capsys, "show", replayed.name)
-    assert f"a replay of run {original.name}" in out and "0 model calls (2 replayed responses)" in out
+    assert code == 0 and f"a replay of run {original.name}" in out and "0 model calls (2 replayed responses)" in out
+    assert f"replay of {original.name}</span> say hi" in httpx.get(ui + "/").text
+    page = httpx.get(f"{ui}/runs/{replayed.name}").text
+    assert f'0 model calls (a replay of <a href="/runs/{original.name}">' in page
 
 
 def in_terminal(isolated, typed: str, *args: str) -> subprocess.CompletedProcess:
@@ -176,7 +182,7 @@ def test_a_dotenv_that_a_run_rewrote_is_not_obeyed_without_the_user(cli, llm, is
         thief.add(act("done", "again"))
         assert cli("-y", "again", env=no_endpoint).returncode == 0 and len(thief.requests) == 2
         # a setting given in the environment wins over the .env, so its changed value is not asked about
-        dotenv.write_text(f"OPENAI_BASE_URL=http://127.0.0.1:9/v1\nMINIAGI_PASS_ENV=AWS_SECRET_ACCESS_KEY\n")
+        dotenv.write_text("OPENAI_BASE_URL=http://127.0.0.1:9/v1\nMINIAGI_PASS_ENV=AWS_SECRET_ACCESS_KEY\n")
         llm.add(act("done", "env wins"))
         assert cli("env wins").returncode == 0
 
@@ -265,13 +271,11 @@ def test_replay_contacts_nothing_and_takes_nothing_wider_from_the_trace(cli, llm
         site.close()
 
 
-# --- the web UI --------------------------------------------------------------------------------------------------------
+# --- the web UI -------------------------------------------------------------------------------------------------------
 def test_the_ui_answers_only_to_its_own_names_and_takes_run_ids_as_names(cli, llm, isolated, ui):
     import httpx
 
-    from .test_ui import make_run
-
-    make_run(cli, llm)
+    test_ui.make_run(cli, llm)
     (run,) = run_dirs(isolated.home)
     port = ui.rsplit(":", 1)[1]
     for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}", "LOCALHOST"):
@@ -297,7 +301,7 @@ def tree(path) -> dict:
             for p in sorted(path.rglob("*")) if p.is_file()}
 
 
-def test_the_ui_writes_nothing_and_shows_a_runs_recall_as_text_under_its_step(cli, llm, isolated, ui):
+def test_the_ui_writes_nothing_and_shows_a_runs_recall_as_text_under_its_step(cli, llm, isolated, ui, capsys):
     import httpx
 
     from .conftest import MEMORY_ON
@@ -319,6 +323,11 @@ def test_the_ui_writes_nothing_and_shows_a_runs_recall_as_text_under_its_step(cl
     # the step comes first, then its reply and what was recalled for it
     assert page.index("step 1 ·") < page.index("raw agent reply · step 1") and \
         page.index("step 1 ·") < page.index("recalled for step 1")
+    # memory's --run takes a run id as every command does: last, or a unique prefix
+    first = run_dirs(isolated.home)[0]
+    for run, other in ((first.name[:-1], second), ("last", first)):
+        code, out, err = in_process(capsys, "memory", "search", "rocket launch code", "--run", run, "--all")
+        assert code == 0 and out.strip() and other.name not in out, (run, out, err)
 
 
 def test_the_ui_on_a_port_in_use_says_so_in_one_line_and_exits_2(cli):
