@@ -49,18 +49,6 @@ class Parser(argparse.ArgumentParser):
                    f"`{self.prog} --help` lists them")
 
 
-def _default(name: str) -> str:
-    """An option's default, as --help shows it."""
-    from dataclasses import fields
-
-    from .config import Settings
-
-    value = next(f.default for f in fields(Settings) if f.name == name)
-    if value in (None, (), False):
-        return ""
-    return f" (default: {value:g})" if isinstance(value, float) else f" (default: {value})"
-
-
 def _add_run_options(parser: argparse.ArgumentParser, with_json: bool = True) -> None:
     group = parser.add_argument_group("options (each also an environment variable; flag > env > ./.env > default)")
     for option in OPTIONS:
@@ -68,18 +56,16 @@ def _add_run_options(parser: argparse.ArgumentParser, with_json: bool = True) ->
         if option.negated_alias:
             env += f"; {option.negated_alias}=false means the same, as in MiniAGI"
             env = env.replace(f", {option.negated_alias};", ";")
+        default = f" (default: {option.default_text})" if option.default_text and not option.boolean else ""
         if option.boolean:
-            names = [option.flag] + (["-y"] if option.name == "yes" else [])
-            if option.name == "critic":
-                group.add_argument(*names, dest=option.name, action=argparse.BooleanOptionalAction, default=None,
-                                   help=f"{option.help} [{env}]")
-            else:
-                group.add_argument(*names, dest=option.name, action="store_const", const=True, default=None,
-                                   help=f"{option.help} [{env}]")
+            action = argparse.BooleanOptionalAction if option.negatable else "store_const"
+            extra = {} if option.negatable else {"const": True}
+            group.add_argument(*option.flags, dest=option.name, action=action, default=None,
+                               help=f"{option.help} [{env}]", **extra)
         else:
-            group.add_argument(option.flag, dest=option.name, metavar=option.metavar, default=None,
+            group.add_argument(*option.flags, dest=option.name, metavar=option.metavar, default=None,
                                action="append" if option.repeatable else "store",
-                               help=f"{option.help}{_default(option.name)} [{env}]")
+                               help=f"{option.help}{default} [{env}]")
     if with_json:
         parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
 
