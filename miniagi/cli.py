@@ -73,7 +73,8 @@ def _add_run_options(parser: argparse.ArgumentParser, with_json: bool = True) ->
 def _add_follow_options(parser: argparse.ArgumentParser, what: str) -> None:
     follow = parser.add_mutually_exclusive_group()
     follow.add_argument("-c", "--continue", dest="follow_newest", action="store_true",
-                        help=f"{what} the newest run of this work directory: its objective, answer, summary and notes are in context")
+                        help=f"{what} the newest run of this work directory: its objective, answer, summary and "
+                             "notes are in context")
     follow.add_argument("--cid", default=None, metavar="RUN_ID", help=f"{what} the given run")
 
 
