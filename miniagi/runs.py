@@ -84,15 +84,15 @@ class RunRecord:
                           f"or crashed. `miniagi resume {self.run_id}` continues it")
         return result
 
-    def workdir(self) -> Path | None:
-        """Where the run's commands ran (its run_start event, the trace's first line); None when unknown (a trace
-        that recorded a relative path)."""
+    def workdir(self) -> str | None:
+        """The work directory the run was started in (from its run_start event), or None if not known."""
         try:
-            with open(self.trace_path, encoding="utf-8") as handle:
-                workdir = Path(json.loads(handle.readline())["settings"]["workdir"])
-        except (OSError, ValueError, KeyError, TypeError):
+            with self.trace_path.open("rb") as trace:
+                first = json.loads(trace.readline() or b"{}")
+        except (OSError, ValueError):
             return None
-        return workdir.resolve() if workdir.is_absolute() else None
+        workdir = (first.get("settings") or {}).get("workdir") if isinstance(first, dict) else None
+        return workdir if isinstance(workdir, str) and Path(workdir).is_absolute() else None  # older runs: "."
 
     def events(self) -> Iterator[dict]:
         """The trace's events; a line torn by a crash mid-write is skipped."""
@@ -146,12 +146,15 @@ class RunStore:
             except FileExistsError:
                 continue
 
-    def open(self, run_id: str, workdir: Path | None = None) -> RunRecord:
-        """A run by its id, a unique prefix of it, or `last`: the newest run (of `workdir`, when given). This is
-        the one way every command and the UI find a run: an id is a name under runs/, never a path."""
+    def open(self, run_id: str) -> RunRecord:
+        """A run by its id, a unique prefix of it, or `last` (the newest run). This is the one way every command and
+        the UI find a run: an id is a name under runs/, never a path."""
         run_id = run_id.strip()
         if run_id == "last":
-            return self._newest(workdir)
+            newest = self.results()
+            if not newest:
+                raise ConfigError(f"there is no run under {self.root} yet (see `miniagi runs`)")
+            return RunRecord(self.root / newest[0]["run_id"], self.redact)
         if not RUN_ID.fullmatch(run_id):
             raise ConfigError(f"{run_id!r} is not a run id: ids look like {new_run_id()} (see `miniagi runs`; "
                               "`last` is the newest run)")
@@ -168,14 +171,6 @@ class RunStore:
         closest = difflib.get_close_matches(run_id, names, n=3, cutoff=0.5) or names[-3:][::-1]
         hint = f"; the closest: {', '.join(closest)}" if closest else ""
         raise ConfigError(f"no run {run_id!r} under {self.root}{hint} (see `miniagi runs`)")
-
-    def _newest(self, workdir: Path | None) -> RunRecord:
-        for result in self.results():
-            record = RunRecord(self.root / result["run_id"], self.redact)
-            if workdir is None or record.workdir() == Path(workdir).resolve():
-                return record
-        where = f" of the work directory {workdir}" if workdir is not None else ""
-        raise ConfigError(f"there is no run{where} under {self.root} yet (see `miniagi runs`)")
 
     def results(self, status: str | None = None) -> list[dict]:
         """Every run's result.json, newest first."""

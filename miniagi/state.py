@@ -31,6 +31,7 @@ class RunState:
     run_id: str = ""
     background: str = ""  # a follow-up's account of the run it continues
     replay_of: str | None = None  # the run this one replays (its model calls are answered from the recording)
+    follows: str | None = None  # the run it continues
     step: int = 0  # the newest step taken (or in progress: its action is known, its observation not yet)
     steps: list[StepRecord] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -80,6 +81,7 @@ class RunState:
         self.objective, self.started_at, self.run_id = event.objective, event.time, event.run_id
         self.background = event.background or ""
         self.replay_of = event.extra.get("replay_of")
+        self.follows = event.follows
 
     def _on_ModelCall(self, event: ev.ModelCall) -> None:
         self.llm_calls += 1
