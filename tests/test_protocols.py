@@ -236,7 +236,7 @@ def test_a_follow_up_with_c_carries_the_previous_answer(cli, llm, isolated):
     start = json.loads((second / "trace.jsonl").read_text().split("\n")[0])
     assert start["follows"] == first.name and start["objective"] == "Now double it"
     llm.add(act("done", "Again."))
-    assert cli("-y", "--unattended", "--cid", first.name[:15], "Once more").returncode == 0
+    assert cli("-y", "--unattended", "--cid", first.name[:-1], "Once more").returncode == 0
     assert "The value is 42." in llm.agent_requests()[-1]["messages"][1]["content"]
     bad = cli("-y", "--unattended", "--cid", "no-such-run", "x")
     assert bad.returncode == 2 and one_line(bad.stderr)
