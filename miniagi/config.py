@@ -264,7 +264,7 @@ def options_table() -> str:
         if extra:
             names += f" ({', '.join(extra)})"
         default = opt.shown_default or (f"`{opt.default_text}`" if opt.default_text else "")
-        rows.append(f"| `{flags}` | {names} | {default} | {opt.help.replace('|', '/')} |")
+        rows.append(f"| `{flags}` | {names} | {default} | {opt.help.replace('|', '/').replace('<', '&lt;')} |")
     return "\n".join(rows) + "\n"
 
 
