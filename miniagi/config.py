@@ -145,10 +145,16 @@ OPTIONS: tuple[Option, ...] = (
            metavar="S"),
     Option("pass_env", parse_names, "an environment variable executed code may see, besides the harmless ones it "
            "always sees (PATH, LANG, LC_*, TERM, TZ, proxies); repeatable", metavar="NAME", repeatable=True),
-    Option("request_timeout", parse_positive_float, "give up on a model request that answers nothing for S seconds "
-           "(retried once, then the run stops, resumable)", metavar="S"),
-    Option("max_reply_tokens", parse_positive_int, "cap on the length of the agent's reply (a reply cut off there "
-           "is not run; the model is told to send a shorter one)", metavar="N"),
+    Option("request_timeout", parse_positive_float, "the longest silence allowed in a model's reply, in seconds: "
+           "before its first piece (the prompt being read) and between two pieces as it streams (retried once, "
+           "then the run stops, resumable)", metavar="S"),
+    Option("request_deadline", parse_positive_float, "total time allowed for one model request, however steadily "
+           "it streams (default: --request-timeout plus the reply cap at 2 tokens/s: 1120 s for 2000 tokens)",
+           metavar="S"),
+    Option("max_reply_tokens", parse_positive_int, "cap on the length of each model reply (an agent's reply cut "
+           "off there is not run; the model is told to send a shorter one)", metavar="N"),
+    Option("max_calls", parse_positive_int, "limit on model calls in one run, every role and path counted "
+           "(summaries, critic, process_data, calls from code)", metavar="N"),
     Option("read_timeout", parse_positive_float, "total time allowed to read one file or URL (ingest_data, "
            "process_data)", metavar="S"),
     Option("exec_memory", parse_positive_int, "memory limit in MB of each process that executed code starts",
@@ -189,7 +195,9 @@ class Settings:
     exec_memory: int = 4096
     pass_env: tuple[str, ...] = ()
     request_timeout: float = 120.0
+    request_deadline: float | None = None  # None: scaled with the reply cap (model.request_deadline)
     max_reply_tokens: int = 2000
+    max_calls: int = 500
     read_timeout: float = 60.0
     yes: bool = False
     unattended: bool = False

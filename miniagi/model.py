@@ -125,6 +125,16 @@ class PriceTable:
         return ((prompt_tokens - cached) * per_input + cached * per_cached
                 + completion_tokens * per_output) / 1_000_000
 
+    def ceiling(self, model: str, messages: list[Message], max_tokens: int, tools: list[dict] | None = None) -> float:
+        """The most a call can cost: its prompt as counted here (tool schemas included), and a reply of
+        max_tokens. Nothing is counted for a model that costs nothing."""
+        if not any(self.price(model)):
+            return 0.0
+        from memory.tokens import counter_for
+
+        schemas = counter_for(model).count(json.dumps(tools)) if tools else 0
+        return self.cost(model, count_prompt_tokens(messages, model) + schemas, max_tokens)
+
     def saved(self, model: str, cached_tokens: int) -> float:
         """What the cache saved: cached tokens at the input price less the cached price."""
         per_input, _, per_cached = self.price(model)
@@ -146,7 +156,7 @@ def load_prices(path: str) -> dict[str, tuple[float, float, float]]:
                           f"in USD per 1M tokens, the cached price optional ({exc})") from None
 
 
-def _count_prompt_tokens(messages: list[Message], model: str) -> int:
+def count_prompt_tokens(messages: list[Message], model: str) -> int:
     from memory.context import message_text
     from memory.tokens import counter_for
 
@@ -353,9 +363,10 @@ class OpenAIModel:
         if reply.past_cap:
             self._tell(f"the model endpoint {where} sent more than the {cap}-token cap (max_tokens): stopped "
                        f"reading, and took the reply as cut off")
-        calls = tuple(ToolCall(call["id"] or f"call_{i}", call["name"], "".join(call["arguments"]))
+        calls = tuple(ToolCall(call["id"] or f"call_{i}", call["name"],
+                               "".join(call["arguments"])[:cap * CHARS_PER_TOKEN_BOUND])
                       for i, call in enumerate(reply.calls[index] for index in sorted(reply.calls)))
-        text = "".join(reply.text)
+        text = "".join(reply.text)[:cap * CHARS_PER_TOKEN_BOUND]
         prompt_tokens, completion_tokens = self._usage(reply, messages, model, options, cap,
                                                        text + "".join(call.arguments for call in calls))
         cached = min(cached_prompt_tokens(reply.usage, reply.timings), prompt_tokens)
@@ -388,7 +399,7 @@ class OpenAIModel:
                                  f" completion {completion!r}): counting tokens here")
         from memory.tokens import counter_for
 
-        return _count_prompt_tokens(messages, model), counter_for(model).count(text)
+        return count_prompt_tokens(messages, model), counter_for(model).count(text)
 
     def _delay(self, attempt: int, exc: Exception) -> float:
         response = getattr(exc, "response", None)
@@ -553,6 +564,7 @@ def read_reply(http, started: float, *, silence_s: float, deadline_s: float, cap
             raise BadResponse(f"the model endpoint answered 200 with a body that is not a chat completion "
                               f"({bytes(buffer[:80])!r})")
         reply.take(body, time.monotonic(), on_piece)
+        reply.past_cap = reply.over(cap)
     elif event:  # the last event, when the stream ends without its blank line
         _dispatch(reply, b"\n".join(event), time.monotonic(), on_piece)
     return reply
@@ -691,7 +703,7 @@ def local_completion(messages: list[Message], model: str, text: str, prices: Pri
     priced by the table when one is given, else free."""
     from memory.tokens import counter_for
 
-    prompt_tokens = _count_prompt_tokens(messages, model)
+    prompt_tokens = count_prompt_tokens(messages, model)
     completion_tokens = counter_for(model).count(text)
     cost = prices.cost(model, prompt_tokens, completion_tokens) if prices else 0.0
     return Completion(text=text, model=model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
