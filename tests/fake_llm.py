@@ -61,11 +61,11 @@ class Calls:
 class Stream:
     """Text pieces sent one chunk each ("" sends a chunk with empty content; a Hang among them is a silence),
     `every` seconds apart. `usage`, `done` and `finish`: whether the usage chunk (when asked for), the [DONE] line
-    and a finish_reason end it. `calls`: tool calls, each (name, [argument pieces])."""
+    and a finish_reason end it (`usage` a dict: the usage reported, whatever was sent). `calls`: tool calls, each (name, [argument pieces])."""
 
     pieces: list
     every: float = 0.0
-    usage: bool = True
+    usage: bool | dict = True
     done: bool = True
     finish: str | None = "stop"
     calls: list = field(default_factory=list)
@@ -289,7 +289,7 @@ class FakeLLM:
                 if item.usage and (request.get("stream_options") or {}).get("include_usage"):
                     if not self._event({"id": "chatcmpl-fake", "object": "chat.completion.chunk",
                                         "created": int(time.time()), "model": model, "choices": [],
-                                        "usage": usage}):
+                                        "usage": item.usage if isinstance(item.usage, dict) else usage}):
                         return
                 if item.done:
                     self._event(b"[DONE]")
