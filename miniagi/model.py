@@ -399,7 +399,9 @@ class OpenAIModel:
                                  f" completion {completion!r}): counting tokens here")
         from memory.tokens import counter_for
 
-        return count_prompt_tokens(messages, model), counter_for(model).count(text)
+        # a reply that ended by itself kept to its cap, whatever a tokenizer of another model counts
+        completion = counter_for(model).count(text)
+        return count_prompt_tokens(messages, model), completion if reply.past_cap else min(completion, cap)
 
     def _delay(self, attempt: int, exc: Exception) -> float:
         response = getattr(exc, "response", None)

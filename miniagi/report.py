@@ -93,7 +93,9 @@ def print_run(record: RunRecord, raw: bool = False, as_json: bool = False) -> No
             console.print(Text("observation:\n" + _indent(event.text), style="dim"))
         elif isinstance(event, ev.FormatError):
             console.print()
-            console.print(Text(f"step {step} format error", style="bold red"))
+            prompt, completion, _ = usage.get(step, [0, 0, 0.0])
+            console.print(Text.assemble((f"step {step} format error", "bold red"),
+                                        (f"  {prompt}+{completion} tokens{speed.get(step, '')}", "dim")))
             console.print(Text(event.error, style="red"))
         elif isinstance(event, (ev.LoopWarning, ev.CriticReview, ev.CriticVerdict, ev.SummaryFolded)):
             console.print(Text(f"[{event.type}] {event.text}", style="yellow"))

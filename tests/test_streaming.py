@@ -10,12 +10,15 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
 from miniagi.config import Endpoint
 from miniagi.model import Completion, ModelError, ModelUnavailable, OpenAIModel
 from miniagi.retry import Backoff
+from miniagi.ui import Flow
 
 from .conftest import act
 from .fake_llm import Calls, Fail, Hang, Raw, Stream, Trickle
@@ -113,6 +116,9 @@ def test_usage_missing_or_absurd_is_counted_here(llm):
         assert 10 < completion.prompt_tokens < 40 and 1 <= completion.completion_tokens <= 5
         assert 0 < completion.cost_usd < 0.001
     assert len(told) == 2 and "implausible" in told[0] and "no token usage" in told[1]  # each said once
+    # counted with another model's tokenizer, a reply the server cut at its cap is still no longer than the cap
+    llm.add(Stream(["word, " * 40], usage=False, finish="length"))
+    assert ask(model, max_tokens=10).completion_tokens == 10
 
 
 def test_a_reply_far_past_its_cap_is_not_read_to_the_end(llm):
@@ -146,6 +152,12 @@ def test_a_generic_server_error_is_retried_five_times(llm):
     with pytest.raises(ModelError, match="twice with the same error"):
         ask(client(llm))
     assert len(llm.requests) == 12
+
+
+def test_the_spinner_counts_the_pieces_and_their_rate():
+    now = time.monotonic()
+    assert str(Flow(threading.get_ident(), now - 3)) == "3 s"  # nothing yet: the time waited
+    assert str(Flow(threading.get_ident(), now - 12, pieces=212, first=now - 10)) == "212 tokens, 21/s"
 
 
 # --- whole runs ----------------------------------------------------------------------------------------------------
