@@ -215,3 +215,20 @@ def test_ctrl_c_during_a_streamed_reply_exits_130_saved_and_closes_the_connectio
     _, result, _ = load_run(isolated.home)
     assert result["status"] == "interrupted"
     assert _wait_for(lambda: llm.disconnects == 1)
+
+
+DEEP = "[" * 5000 + "]" * 5000  # past what a JSON parser follows
+
+
+@pytest.mark.parametrize("protocol, nested, good", [
+    ("json", '{"thought": "t", "command": "done", "args": {"answer": ' + DEEP + "}}",
+     json.dumps({"thought": "t", "command": "done", "args": {"answer": "flat"}})),
+    ("tools", Calls([("done", '{"answer": ' + DEEP + "}")]), Calls([("done", '{"answer": "flat"}')])),
+])
+def test_a_reply_nested_too_deeply_is_a_format_error_not_a_crash(cli, llm, isolated, protocol, nested, good):
+    llm.add(nested, good)
+    proc = cli("-y", "--protocol", protocol, "--max-reply-tokens", "8000", "answer")
+    assert proc.returncode == 0 and proc.stdout.strip() == "flat", proc.stderr
+    _, _, trace = load_run(isolated.home)
+    (error,) = [e for e in trace if e["type"] == "format_error"]
+    assert "nested too deeply" in error["error"] or "not valid JSON" in error["error"]
