@@ -199,6 +199,10 @@ def test_debug_into_a_file_writes_whole_lines_and_the_system_prompt_once(cli, ll
     first_line = max(system.splitlines(), key=len)
     assert proc.stderr.count(first_line) == 1 and "(the system prompt printed above)" in proc.stderr
     assert thought.strip() in proc.stderr  # not folded at 80 columns, nor boxed
+    directory, _, _ = load_run(isolated.home)
+    shown = cli("show", directory.name, "--raw")  # the prompts kept in the trace, the system prompt once
+    assert shown.returncode == 0 and shown.stdout.count(first_line) == 1, shown.stderr
+    assert "(the system prompt shown above)" in shown.stdout and "[agent prompt · user]" in shown.stdout
 
 
 def test_ctrl_c_during_a_streamed_reply_exits_130_saved_and_closes_the_connection(llm, isolated):
