@@ -98,7 +98,7 @@ class Run:
         state, record = self.state, self.record
         self.memory.background = state.background  # known once the start (or the trace) is read
         self.ui.run_started(record.run_id, state.objective, self.settings.model,
-                            state.step if self.resumed else None)
+                            state.step if self.resumed else None, follows=state.follows)
         restore_sigterm = _raise_on_sigterm()
         answer = None
         try:
@@ -379,7 +379,8 @@ class Run:
                 "cached_prompt_tokens": state.cached_prompt_tokens, "cost_saved_usd": round(state.saved_usd, 6),
                 "cost_usd": round(state.cost_usd, 6), "started_at": state.started_at,
                 "ended_at": None if status == "running" else now_iso(), "model": self.settings.model,
-                "exit_code": exit_code, "message": message, "code_isolation": self.isolation, **process_identity()}
+                "exit_code": exit_code, "message": message, "code_isolation": self.isolation,
+                "workdir": str(self.settings.workdir_path), **process_identity()}
 
 
 def _rounded(seconds: float | None) -> float | None:
