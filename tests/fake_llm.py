@@ -61,7 +61,8 @@ class Calls:
 class Stream:
     """Text pieces sent one chunk each ("" sends a chunk with empty content; a Hang among them is a silence),
     `every` seconds apart. `usage`, `done` and `finish`: whether the usage chunk (when asked for), the [DONE] line
-    and a finish_reason end it (`usage` a dict: the usage reported, whatever was sent). `calls`: tool calls, each (name, [argument pieces])."""
+    and a finish_reason end it (`usage` a dict: the usage reported, whatever was sent). `calls`: tool calls, each
+    (name, [argument pieces])."""
 
     pieces: list
     every: float = 0.0
