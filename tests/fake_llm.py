@@ -199,7 +199,10 @@ class FakeLLM:
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(item.body)))
                     self.end_headers()
-                    self.wfile.write(item.body)
+                    try:
+                        self.wfile.write(item.body)
+                    except (BrokenPipeError, ConnectionResetError):  # a client that stopped reading a huge body
+                        pass
                     return
                 if isinstance(item, Trickle):
                     self._trickle(item)
