@@ -113,7 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     show = commands.add_parser("show", help=COMMAND_HELP["show"], description=COMMAND_HELP["show"])
     show.add_argument("run_id", help="the run's id (or an unambiguous prefix of it)")
-    show.add_argument("--raw", action="store_true", help="also print the raw model responses")
+    show.add_argument("--raw", action="store_true", help="also print the raw model responses (and the prompts, kept "
+                      "with --debug)")
     show.add_argument("--json", action="store_true", help="print the result and every trace event as JSON")
     show.add_argument("--home", default=None, help="where runs live [MINIAGI_HOME]")
 

@@ -77,13 +77,20 @@ def test_step_limit_exits_3_and_resume_with_higher_limit_finishes(cli, llm, isol
     assert result["status"] == "done" and result["steps"] == 3 and result["llm_calls"] == 3
 
 
-def test_cost_limit_exits_3(cli, llm, isolated):
-    llm.add(*[act("memorize_thoughts", f"note {i}") for i in range(10)])
-    proc = cli("--max-cost", "0.0000001", "--model", "gpt-4o", "spend")
+def test_the_cost_limit_is_never_crossed_and_exits_3(cli, llm, isolated):
+    """A call is made only when its prompt and a full reply fit in what is left of the limit."""
+    llm.add(*[act("memorize_thoughts", f"note {i}") for i in range(20)])
+    proc = cli("--max-cost", "0.02", "--max-reply-tokens", "500", "--model", "gpt-4o", "spend")
     assert proc.returncode == 3, proc.stderr
-    _, result, _ = load_run(isolated.home)
-    assert result["status"] == "limit" and result["steps"] == 1
-    assert "cost limit" in proc.stderr
+    _, result, trace = load_run(isolated.home)
+    assert result["status"] == "limit" and 1 <= result["steps"] < 20 and len(llm.requests) == result["steps"]
+    assert result["cost_usd"] <= 0.02 and "the next model call could cost up to" in proc.stderr
+    # it stopped near the limit, not long before: one more call with a full reply ($10/M) would have crossed it
+    largest = max(e["cost_usd"] for e in trace if e["type"] == "llm_call")
+    assert result["cost_usd"] + largest + 500 * 10 / 1e6 > 0.02 * 0.9
+
+    proc = cli("--max-cost", "0.0000001", "--model", "gpt-4o", "spend")  # not even one call fits
+    assert proc.returncode == 3 and "cost limit" in proc.stderr and len(llm.requests) == result["steps"]
 
 
 def test_three_malformed_replies_exit_4_and_the_model_is_told_the_format(cli, llm, isolated):
