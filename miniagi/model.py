@@ -313,7 +313,8 @@ class OpenAIModel:
                 raise ModelRejected(f"the endpoint {where} rejected the API key: set a valid OPENAI_API_KEY") from None
             except openai.NotFoundError as exc:
                 raise ModelRejected(f"the endpoint {where} does not know model {model!r} (or the URL is wrong): "
-                                    f"check --model / MINIAGI_MODEL and OPENAI_BASE_URL ({_error_text(exc)})") from None
+                                    f"check --model / MINIAGI_MODEL and OPENAI_BASE_URL ({_error_text(exc)})"
+                                    f"{_missing_v1(self.endpoint.base_url)}") from None
             except openai.PermissionDeniedError as exc:
                 raise ModelRejected(f"the endpoint {where} refused access to {model!r}: {_error_text(exc)}") from None
             except (openai.APITimeoutError, Silent) as exc:  # a silent server costs request_timeout_s a try
@@ -328,6 +329,9 @@ class OpenAIModel:
                 problem = _past_deadline(where, deadline_s)
                 break
             except (openai.APIConnectionError, openai.RateLimitError) as exc:
+                if _tls_mismatch(exc):  # https:// to a server that speaks plain http: retrying cannot help
+                    raise ModelRejected(f"the endpoint {where} does not speak TLS (https): a local server usually "
+                                        f"wants http:// — set OPENAI_BASE_URL={_as_http(where)}") from None
                 problem, error = _describe(exc, where), exc
             except Dropped as exc:
                 problem, error = f"the connection to the model endpoint {where} dropped mid-reply ({exc})", exc
@@ -654,6 +658,36 @@ def _error_text(exc: Exception) -> str:
         if inner.get("message"):
             return str(inner["message"])
     return str(getattr(exc, "message", None) or exc)
+
+
+def _tls_mismatch(exc: BaseException) -> bool:
+    """Whether a connection failed in the TLS handshake because the server answered in plain text."""
+    import ssl
+
+    seen = 0
+    while exc is not None and seen < 10:
+        if isinstance(exc, ssl.SSLError) and any(word in str(exc) for word in ("WRONG_VERSION_NUMBER",
+                                                                               "record layer failure",
+                                                                               "PACKET_LENGTH_TOO_LONG")):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
+def _as_http(url: str) -> str:
+    return "http://" + url.split("://", 1)[1] if url.startswith("https://") else url
+
+
+def _missing_v1(base_url: str | None) -> str:
+    """A base URL with no path usually lacks the /v1 that OpenAI-compatible servers serve under."""
+    from urllib.parse import urlsplit
+
+    if not base_url:
+        return ""
+    parts = urlsplit(base_url)
+    if parts.path.rstrip("/") not in ("",):
+        return ""
+    return f"; most servers answer under /v1: try OPENAI_BASE_URL={base_url.rstrip('/')}/v1"
 
 
 def _describe(exc: Exception, where: str) -> str:

@@ -338,3 +338,15 @@ def test_runs_and_show_list_and_explain_runs(cli, llm, isolated):
     assert "<r>add</r><c>execute_python</c>" in raw.stdout
     missing = cli("show", "nope")
     assert missing.returncode == 2 and "no run" in missing.stderr
+
+
+def test_endpoint_url_mistakes_are_named_with_the_fix(cli, llm, isolated):
+    # https:// to a server that speaks plain http: said at once (no retries), with the http:// URL to use
+    tls = cli("-y", "hello", env={"OPENAI_BASE_URL": llm.url.replace("http://", "https://")})
+    assert tls.returncode == 2 and "does not speak TLS" in tls.stderr and f"OPENAI_BASE_URL={llm.url}" in tls.stderr
+    assert llm.requests == [] and run_dirs(isolated.home) == []  # no retries, no junk run
+    # a base URL without /v1, answered 404: the hint names the URL with /v1
+    bare = llm.url.rsplit("/v1", 1)[0]
+    llm.add(Fail(404, message="Not Found"))
+    missing = cli("-y", "hello", env={"OPENAI_BASE_URL": bare})
+    assert missing.returncode == 2 and f"try OPENAI_BASE_URL={bare}/v1" in missing.stderr, missing.stderr
