@@ -407,7 +407,7 @@ class Attempt:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class ProcessResult:
     stdout: str
     stderr: str
     returncode: int | None
@@ -420,7 +420,7 @@ class Outcome:
 
 
 def carry_out(attempt: Attempt, environ: Mapping[str, str], on_start=None, on_end=None,
-              stopping=lambda: False) -> Outcome:
+              stopping=lambda: False) -> ProcessResult:
     """Prepare the work directory (fresh, unless a stopped run goes on in it), run the objective, check it."""
     import socket
 
@@ -428,7 +428,7 @@ def carry_out(attempt: Attempt, environ: Mapping[str, str], on_start=None, on_en
     if attempt.workdir and not attempt.resume:
         problem = prepare_workdir(attempt, env)
         if problem:
-            return Outcome("", "", None, False, socket.gethostname(), setup_problem=problem,
+            return ProcessResult("", "", None, False, socket.gethostname(), setup_problem=problem,
                            check="error" if attempt.check or attempt.expect else None,
                            check_output="not run: the setup failed")
     outcome = run_objective(attempt.objective, env, attempt.timeout_s, on_start=on_start, on_end=on_end,
@@ -507,7 +507,7 @@ def run_check(command: str, workdir: Path, settings: Settings, environ: Mapping[
 
 
 def run_objective(objective: str, env: dict, timeout_s: float | None, on_start=None, on_end=None,
-                  resume: str | None = None) -> Outcome:
+                  resume: str | None = None) -> ProcessResult:
     """One objective as its own `miniagi run` (or `miniagi resume RUN_ID`) process, in its own process group.
     Here or on a Ray node."""
     import socket
@@ -535,7 +535,7 @@ def run_objective(objective: str, env: dict, timeout_s: float | None, on_start=N
     finally:
         if on_end:
             on_end()
-    return Outcome(stdout, stderr, process.returncode, timed_out, socket.gethostname())
+    return ProcessResult(stdout, stderr, process.returncode, timed_out, socket.gethostname())
 
 
 class RayCluster:
@@ -559,13 +559,13 @@ class RayCluster:
     def submit(self, attempt: Attempt):
         return self.remote.remote(attempt)
 
-    def wait(self, reference) -> Outcome:
+    def wait(self, reference) -> ProcessResult:
         try:
             return self.ray.get(reference)
         except self.ray.exceptions.TaskCancelledError:
-            return Outcome("", "cancelled by the batch (Ctrl-C)", None, False)
+            return ProcessResult("", "cancelled by the batch (Ctrl-C)", None, False)
         except self.ray.exceptions.RayError as exc:
-            return Outcome("", f"the Ray task failed: {exc}", None, False)
+            return ProcessResult("", f"the Ray task failed: {exc}", None, False)
 
     def interrupt(self, reference) -> None:
         self.ray.cancel(reference)  # KeyboardInterrupt in the task: the run saves its state
@@ -574,7 +574,7 @@ class RayCluster:
         self.ray.shutdown()
 
 
-def run_on_node(attempt: Attempt) -> Outcome:
+def run_on_node(attempt: Attempt) -> ProcessResult:
     """A Ray task: the attempt is carried out with the node's own environment plus the batch's run options (a
     setup folder and the results folder must be on a file system the nodes share)."""
     return carry_out(attempt, os.environ)

@@ -127,7 +127,7 @@ class Solver:
         system = request["messages"][0]["content"]
         if not system.startswith("You are MiniAGI"):
             return "Summary: the steps so far read logs and noted each day's figures."
-        workdir = re.search(r"Your working directory is (.*?)\. Files", system).group(1)
+        workdir = re.search(r"working directory is (/\S+?)[;.,]?\s", system).group(1)
         briefing = next(m["content"] for m in request["messages"] if m["content"].startswith("OBJECTIVE:"))
         script = next(s for text, s in self.by_objective.items() if text in briefing)
         with self.lock:
