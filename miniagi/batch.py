@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -28,8 +29,8 @@ from typing import Mapping
 from rich.console import Console
 from rich.text import Text
 
-from .batch_report import (figures, latest_results, preview, print_table, register_batch, scores, succeeded,
-                           summary_line, summary_table, totals)
+from .batch_report import (figures, latest_results, pipe_console, preview, print_table, register_batch, scores,
+                           succeeded, summary_line, summary_table, totals)
 from .config import OPTIONS_BY_NAME, ConfigError, Settings, read_dotenv, resolve_settings
 from .redaction import Redactor, redact_data
 from .runs import now_iso
@@ -153,14 +154,6 @@ def attempt_name(objective_id: str, repeat: int) -> str:
     return _safe(objective_id) + (f"@{repeat}" if repeat else "")
 
 
-class BatchConsole(Console):
-    """Progress that outlives its reader: `miniagi batch … 2>&1 | head` goes on, quietly, to its end and its exit
-    code (rich's own console exits 1 at the first line nobody reads, leaving the batch half run)."""
-
-    def on_broken_pipe(self) -> None:
-        self.quiet = True
-
-
 class Batch:
     def __init__(self, objectives: list[Objective], out: Path, *, workers: int, options: dict,
                  max_batch_cost: float | None, timeout_s: float | None, repeat: int = 1,
@@ -178,10 +171,8 @@ class Batch:
         self.options = options  # run options given to `miniagi batch`, under each objective's own
         self.max_batch_cost = max_batch_cost
         self.timeout_s = timeout_s
-        if console is None:
-            console = BatchConsole(stderr=True, highlight=False)
-            console.soft_wrap = not console.is_terminal  # whole lines in a file or a pipe (as ui.make_console)
-        self.console = console
+        # `miniagi batch … 2>&1 | head` goes on, quietly, to its end and its exit code
+        self.console = console or pipe_console(stderr=True)
         self.lock = threading.Lock()
         self.running: dict[tuple[str, int], object] = {}  # a process here, a Ray task reference there
         self.finished: dict[tuple[str, int], dict] = {}
@@ -230,6 +221,7 @@ class Batch:
         attempt = Attempt(objective.objective, self._option_env(objective, workdir), self.timeout_s,
                           self._resumable(objective, repeat), str(workdir) if workdir else None, objective.setup_dir,
                           objective.setup_command, objective.check, objective.expect)
+        started = time.monotonic()
         if self.cluster is not None:  # on whichever node of the Ray cluster has room
             reference = self.cluster.submit(attempt)
             with self.lock:
@@ -263,7 +255,8 @@ class Batch:
                   "answer": summary.get("answer"), "run_id": summary.get("run_id"),
                   "steps": summary.get("steps", 0), "llm_calls": summary.get("llm_calls", 0),
                   "cost_usd": summary.get("cost_usd", 0.0), "exit_code": outcome.returncode,
-                  "message": message or summary.get("message", ""), "finished_at": now_iso()}
+                  "message": message or summary.get("message", ""), "seconds": round(time.monotonic() - started, 2),
+                  "finished_at": now_iso()}
         if objective.checked:
             record["check"], record["check_output"] = outcome.check, outcome.check_output
         if workdir is not None:
@@ -450,8 +443,7 @@ def judge(attempt: Attempt, answer: str, env: Mapping[str, str]) -> dict:
     expected answer (a regular expression searched for, ^ and $ at every line)."""
     verdicts, said = [], []
     if attempt.check:
-        settings = resolve_settings({}, environ=env)
-        code, output = run_check(attempt.check, settings.workdir_path, settings, env)
+        code, output = run_check(attempt.check, env)
         verdicts.append("pass" if code == 0 else "error" if code in (None, 126, 127) else "fail")
         said.append(output)
     if attempt.expect:
@@ -480,20 +472,22 @@ def prepare_workdir(attempt: Attempt, env: Mapping[str, str]) -> str:
             return f"cannot copy {source}: {exc}"
         return ""
     workdir.mkdir(parents=True)
-    settings = resolve_settings({}, environ=env)
-    code, output = run_check(attempt.setup_command, workdir, settings, env)
+    code, output = run_check(attempt.setup_command, env)
     return "" if code == 0 else f"the command {attempt.setup_command!r} failed: {preview(output, 400)}"
 
 
-def run_check(command: str, workdir: Path, settings: Settings, environ: Mapping[str, str]) -> tuple[int | None, str]:
-    """A check or setup command, run as the model's execute_shell commands are: the same sandbox, limits and
-    environment allow-list (the command is the user's, but it runs in a directory the model wrote). Its exit code
-    (None when it did not end by itself: timed out, killed) and its output, bounded."""
+def run_check(command: str, environ: Mapping[str, str]) -> tuple[int | None, str]:
+    """A check or setup command, run in the attempt's work directory as the model's execute_shell commands are:
+    with the run options in `environ`, the same sandbox, limits and environment allow-list (the command is the
+    user's, but it runs in a directory the model wrote). Its exit code (None when it did not end by itself: timed
+    out, killed) and its output, bounded."""
     from .containment import Containment, Limits
     from .execution import run_shell
     from .redaction import child_environment
     from .sandbox import Sandbox
 
+    settings = resolve_settings({}, environ=environ)
+    workdir = settings.workdir_path
     containment = Containment(Limits(memory_mb=settings.exec_memory, cpu_s=settings.exec_timeout or 3600))
     sandbox = Sandbox(containment.cgroup_procs, path=environ.get("PATH"))
     try:

@@ -1,7 +1,8 @@
 """How a batch did. DIR/results.jsonl holds a line per attempt (objective and repeat) as each finished, reruns
 appended; this reads the latest line of each attempt and sums them up: done, passed (the check passed; an objective
-without a check passes when it is done, as before checks existed), cost, cost per passed objective, median steps and
-model calls. Used by the batch's live line and closing table, by `miniagi batch report DIR [DIR…]` and by the UI.
+without a check passes when it is done, as before checks existed), cost, cost per passed objective, median steps,
+model calls and median time. Used by the batch's live line and closing table, by `miniagi batch report DIR [DIR…]`
+and by the UI.
 
 The batches a home knows are recorded in $MINIAGI_HOME/batches/ when they start, so the UI lists them from there.
 """
@@ -16,6 +17,8 @@ import stat
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from rich.console import Console
 
 from .config import ConfigError
 from .runs import now_iso
@@ -119,7 +122,8 @@ class Score:
 
 
 def figures(attempts: list[dict], planned: int | None = None) -> dict:
-    """The sums over some attempts: runs, done, checked, passed, pass rate, cost, cost per pass, steps, calls."""
+    """The sums over some attempts: runs, done, checked, passed, pass rate, cost, cost per pass, steps, calls and
+    time (seconds from setup to check)."""
     ran = [r for r in attempts if r.get("run_id")]
     passed = sum(succeeded(r) for r in attempts)
     cost = round(sum(float(r.get("cost_usd") or 0) for r in attempts), 6)
@@ -129,7 +133,8 @@ def figures(attempts: list[dict], planned: int | None = None) -> dict:
             "pass_rate": round(passed / runs, 4) if runs else None, "cost_usd": cost,
             "cost_per_pass": round(cost / passed, 6) if passed else None,
             "median_steps": _median([int(r.get("steps") or 0) for r in ran]),
-            "llm_calls": sum(int(r.get("llm_calls") or 0) for r in attempts)}
+            "llm_calls": sum(int(r.get("llm_calls") or 0) for r in attempts),
+            "median_seconds": _median([float(r["seconds"]) for r in ran if isinstance(r.get("seconds"), (int, float))])}
 
 
 def scores(found: dict[tuple[str, int], dict], objectives: list[tuple[str, str]] | None = None,
@@ -160,7 +165,7 @@ def totals(all_scores: list[Score]) -> dict:
 
 
 def summary_line(total: dict) -> str:
-    """done, pass rate (when something was checked), cost, cost per passed objective, median steps."""
+    """done, pass rate (when something was checked), cost, cost per passed objective, median steps, calls, time."""
     parts = [f"{total['done']}/{total['runs']} done"]
     if total["checked"]:
         parts.append(f"{total['passed']}/{total['runs']} passed ({_percent(total['pass_rate'])})")
@@ -170,7 +175,13 @@ def summary_line(total: dict) -> str:
     if total["median_steps"] is not None:
         parts.append(f"median {total['median_steps']:g} step{'' if total['median_steps'] == 1 else 's'}")
     parts.append(f"{total['llm_calls']} model call{'' if total['llm_calls'] == 1 else 's'}")
+    if total["median_seconds"] is not None:
+        parts.append(f"median {_duration(total['median_seconds'])} per run")
     return " · ".join(parts)
+
+
+def _duration(seconds: float | None) -> str:
+    return "" if seconds is None else f"{seconds:.1f} s" if seconds < 60 else f"{seconds / 60:.1f} min"
 
 
 def _percent(rate: float | None) -> str:
@@ -192,14 +203,14 @@ def preview(text: str, width: int = 100) -> str:
 
 
 def summary_table(all_scores: list[Score], title: str = "batch summary"):
-    """One row per objective: its status and check (k of N with repeats), median steps, cost, and the latest
-    answer or message."""
+    """One row per objective: its status and check (k of N with repeats), median steps, cost, median time, and the
+    latest answer or message."""
     from rich.table import Table
     from rich.text import Text
 
     checked = any(r.get("check") is not None for s in all_scores for r in s.attempts)
     table = Table(title=title, box=None, header_style="bold")
-    for column in ("id", "status", *(["check"] if checked else []), "steps", "cost", "answer / message"):
+    for column in ("id", "status", *(["check"] if checked else []), "steps", "cost", "time", "answer / message"):
         table.add_column(column, overflow="ellipsis", no_wrap=column != "answer / message")
     for score in all_scores:
         numbers = figures(score.attempts, score.planned)
@@ -216,13 +227,13 @@ def summary_table(all_scores: list[Score], title: str = "batch summary"):
                          style="green" if numbers["passed"] == score.planned else "red")
         steps = "" if numbers["median_steps"] is None else f"{numbers['median_steps']:g}"
         table.add_row(score.id, status, *([check] if checked else []), steps,
-                      f"${numbers['cost_usd']:.4f}" if score.attempts else "",
+                      f"${numbers['cost_usd']:.4f}" if score.attempts else "", _duration(numbers["median_seconds"]),
                       preview(score.last.get("answer") or score.last.get("message") or ""))
     return table
 
 
 def comparison_table(folders: list[tuple[str, list[Score]]]):
-    """Several result folders side by side (the same suite on two models): pass, cost, steps and calls per
+    """Several result folders side by side (the same suite on two models): pass, cost, steps, calls and time per
     objective and in all. Columns are numbered by folder; the caption names the folders."""
     from rich.table import Table
 
@@ -230,7 +241,7 @@ def comparison_table(folders: list[tuple[str, list[Score]]]):
                   caption="  ".join(f"[{number}] {label}" for number, (label, _) in enumerate(folders, start=1)))
     table.add_column("id", no_wrap=True)
     for number in range(1, len(folders) + 1):
-        for metric in ("pass", "cost", "steps", "calls"):
+        for metric in ("pass", "cost", "steps", "calls", "time"):
             table.add_column(f"[{number}] {metric}", justify="right", no_wrap=True)
     ids = list(dict.fromkeys(s.id for _, found in folders for s in found))
     by_folder = [{s.id: s for s in found} for _, found in folders]
@@ -238,7 +249,7 @@ def comparison_table(folders: list[tuple[str, list[Score]]]):
         cells = []
         for found in by_folder:
             score = found.get(id_)
-            cells += _figure_cells(figures(score.attempts, score.planned)) if score else ["", "", "", ""]
+            cells += _figure_cells(figures(score.attempts, score.planned)) if score else [""] * 5
         table.add_row(id_, *cells)
     table.add_section()
     table.add_row("all", *[cell for _, found in folders for cell in _figure_cells(totals(found), rate=True)])
@@ -248,13 +259,12 @@ def comparison_table(folders: list[tuple[str, list[Score]]]):
 def _figure_cells(numbers: dict, rate: bool = False) -> list[str]:
     passed = f"{numbers['passed']}/{numbers['runs']}" + (f" {_percent(numbers['pass_rate'])}" if rate else "")
     steps = "" if numbers["median_steps"] is None else f"{numbers['median_steps']:g}"
-    return [passed, f"${numbers['cost_usd']:.4f}", steps, str(numbers["llm_calls"])]
+    return [passed, f"${numbers['cost_usd']:.4f}", steps, str(numbers["llm_calls"]),
+            _duration(numbers["median_seconds"])]
 
 
 def report(folders: list[str], as_json: bool = False) -> int:
     """`miniagi batch report DIR [DIR…]`."""
-    from .ui import make_console
-
     found = []
     for folder in folders:
         path = results_file(Path(folder))
@@ -269,7 +279,7 @@ def report(folders: list[str], as_json: bool = False) -> int:
                                        "total": totals(folder_scores)} for folder, folder_scores in found]},
                          ensure_ascii=False))
         return 0
-    console = make_console()
+    console = pipe_console()
     if len(found) == 1:
         folder, folder_scores = found[0]
         print_table(console, summary_table(folder_scores, title=f"batch summary: {results_file(Path(folder))}"))
@@ -277,6 +287,21 @@ def report(folders: list[str], as_json: bool = False) -> int:
     else:
         print_table(console, comparison_table(found))
     return 0
+
+
+class PipeConsole(Console):
+    """A console whose reader may leave (`… | head`): what follows is dropped and the command goes on to its end and
+    its own exit code (rich's console would exit 1 at the first line nobody reads, leaving a batch half run)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+
+
+def pipe_console(stderr: bool = False) -> PipeConsole:
+    """Into a file or a pipe, lines are not wrapped (as ui.make_console)."""
+    console = PipeConsole(stderr=stderr, highlight=False)
+    console.soft_wrap = not console.is_terminal
+    return console
 
 
 def print_table(console, table) -> None:
