@@ -538,13 +538,13 @@ class RayCluster:
     (OPENAI_API_KEY / OPENAI_BASE_URL are never sent over the cluster; run options are)."""
 
     def __init__(self, address: str):
+        if address == "local":  # our own instance: token authentication as Ray's default, without its notice
+            os.environ.setdefault("RAY_AUTH_MODE", "token")  # (before the import: Ray reads it once)
         try:
             import ray
         except ImportError:
             raise ConfigError("--ray needs Ray: pip install 'miniagi[distributed]'") from None
         self.ray = ray
-        if address == "local":  # our own instance: token authentication as Ray's default, without its notice
-            os.environ.setdefault("RAY_AUTH_MODE", "token")
         # "local" starts a Ray instance on this machine; anything else joins a cluster ("auto", "ray://host:10001")
         ray.init(address=None if address == "local" else address, include_dashboard=False, log_to_driver=False,
                  configure_logging=False)

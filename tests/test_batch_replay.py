@@ -197,5 +197,6 @@ def test_a_batch_spreads_over_a_ray_cluster(cli, llm, isolated):
     records = {r["id"]: r for r in results(isolated.work / "jobs-txt-results" / "results.jsonl")}
     assert {r["answer"] for r in records.values()} == {"one", "two", "three"}
     assert all(r["status"] == "done" and r["node"] for r in records.values())
+    assert "Token authentication" not in proc.stderr  # our own instance: token auth, as Ray's default, said by no one
     for record in records.values():  # the runs were recorded where MINIAGI_HOME points, as any run is
         assert (isolated.home / "runs" / record["run_id"] / "result.json").is_file()
