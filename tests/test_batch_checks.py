@@ -5,6 +5,7 @@ real `miniagi run` processes against the scripted endpoint); what needs a proces
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -81,7 +82,8 @@ def test_checks_expect_and_setup_judge_each_objective_in_a_fresh_work_directory(
     assert "not found" in records["error"]["check_output"]
     assert "does not match" in records["expect-wrong"]["check_output"]
     assert records["expect"]["objective"] == "Name the answer\u2028on one line"
-    assert records["broken-setup"]["message"].startswith("setup failed") and "nope" in records["broken-setup"]["message"]
+    broken = records["broken-setup"]["message"]
+    assert broken.startswith("setup failed") and "nope" in broken
     assert "Start from a broken setup" not in responder.seen  # no run without its setup
     work = out / "work"
     assert records["pass"]["workdir"] == str(work / "pass") and (work / "pass" / "out.txt").read_text() == "42\n"
@@ -176,7 +178,7 @@ def test_repeats_count_k_of_n_a_rerun_skips_what_is_complete_and_report_compares
 def test_a_batch_and_its_report_end_quietly_when_the_reader_leaves(cli, llm, isolated, tmp_path):
     llm.responder = Scripted({"one": [act("done", "1")], "two": [act("done", "2")], "three": [act("done", "3")]})
     (isolated.work / "jobs.txt").write_text("one\ntwo\nthree\n")
-    env = {k: v for k, v in __import__("os").environ.items()}
+    env = dict(os.environ)
     env.update(OPENAI_BASE_URL=llm.url, OPENAI_API_KEY=KEY, MINIAGI_MEMORY_SCOPE="off")
     batch = subprocess.Popen([sys.executable, "-m", "miniagi", "batch", "jobs.txt", "--workers", "1"],
                              cwd=isolated.work, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -190,3 +192,23 @@ def test_a_batch_and_its_report_end_quietly_when_the_reader_leaves(cli, llm, iso
                               stderr=subprocess.PIPE)
     report.stdout.close()  # gone before the first line
     assert report.wait(timeout=60) == 0 and b"Traceback" not in report.stderr.read()
+
+
+def test_results_are_read_bounded_and_only_from_a_results_file(tmp_path):
+    from miniagi.batch_report import latest, read_results
+
+    path = tmp_path / "results.jsonl"
+    line = json.dumps({"id": "a", "repeat": 0, "status": "error", "message": "x" * 1000}) + "\n"
+    path.write_text(line * 200 + json.dumps({"id": "a", "repeat": 0, "status": "done"}) + "\n")
+    records, cut = read_results(path, max_bytes=10_000)
+    assert cut and 5 <= len(records) <= 10  # the end of the file: the latest results, whole lines only
+    assert latest(records)[("a", 0)]["status"] == "done"
+    fifo = tmp_path / "fifo" / "results.jsonl"
+    fifo.parent.mkdir()
+    os.mkfifo(fifo)  # a FIFO named like a results file: refused at once, never waited on
+    with pytest.raises(OSError):
+        read_results(fifo)
+    (tmp_path / "link").mkdir()
+    (tmp_path / "link" / "results.jsonl").symlink_to("/etc/passwd")
+    with pytest.raises(OSError):
+        read_results(tmp_path / "link" / "results.jsonl")

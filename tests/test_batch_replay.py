@@ -122,7 +122,8 @@ def test_every_bad_line_is_named_at_once_and_fails_alone_and_duplicate_ids_are_r
     assert said.index("bad.jsonl:9") < said.index("batch summary")  # all named before anything runs
     records = {r["id"]: r for r in results(isolated.work / "bad-jsonl-results" / "results.jsonl")}
     assert len(records) == 9 and records["ok"]["status"] == "done"  # the good line ran
-    assert all(r["status"] == "error" and r["message"].startswith("bad.jsonl:") for k, r in records.items() if k != "ok")
+    bad = [r for id_, r in records.items() if id_ != "ok"]
+    assert all(r["status"] == "error" and r["message"].startswith("bad.jsonl:") for r in bad)
 
     (isolated.work / "twice.jsonl").write_text('{"id": "a", "objective": "x"}\n{"id": "b", "objective": "y"}\n'
                                                '{"id": "a", "objective": "z"}\n{"id": "b", "objective": "w"}\n')

@@ -75,7 +75,8 @@ RIGHT = {
                     act("done", "revenue.csv holds the revenue per region")],
     "fix-the-code": [act("execute_python", "source = open('slug.py').read()\n"
                          "open('slug.py', 'w').write(source.replace('\", title)', '\", title.lower())'))"),
-                     act("execute_shell", "python3 -m unittest -q test_slug"), act("done", "slugify lower-cases first")],
+                     act("execute_shell", "python3 -m unittest -q test_slug"),
+                     act("done", "slugify lower-cases first")],
     "handbook": [act("execute_shell", "cat *.md"),
                  act("done", "1: 10 working days\n2: room B214\n3: the duty safety officer (extension 4400)")],
     "shipment-tally": tally({"Bergen": 161, "Oslo": 21, "Stavanger": 123, "Tromsø": 24}),
