@@ -131,8 +131,11 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--home", default=None, help="where runs live [MINIAGI_HOME]")
 
     batch = commands.add_parser("batch", help=COMMAND_HELP["batch"], description=COMMAND_HELP["batch"] + ". FILE is "
-                                "a .txt (one objective per line) or a .jsonl ({\"id\", \"objective\", and run "
-                                "options by their long names with underscores}). Running the same command again "
+                                "a .txt (one objective per line) or a .jsonl ({\"id\", \"objective\", optionally \"check\" (a "
+                                "shell command run in the work directory after the run: exit 0 is a pass), "
+                                "\"expect\" (a regular expression the answer must match), \"setup\" (a folder or a "
+                                "command that prepares a fresh work directory), and run options by their long names "
+                                "with underscores}; see docs/batch.md). Running the same command again "
                                 "skips the objectives already done and retries the rest. Exit 0 when every objective "
                                 "ended done (and passed its check), else 3. `miniagi batch report DIR [DIR…]` sums "
                                 "up results folders.")
