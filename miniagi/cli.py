@@ -35,6 +35,12 @@ class Parser(argparse.ArgumentParser):
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
 
+    def parse_known_args(self, args=None, namespace=None):
+        args = list(sys.argv[1:] if args is None else args)
+        if self._subparsers is not None and args[:2] == ["batch", "report"]:
+            args[:2] = ["batch-report"]  # `miniagi batch report DIR…`: a command of its own (no batch FILE is "report")
+        return super().parse_known_args(args, namespace)
+
     def unknown(self, extras: list[str]) -> None:
         import difflib
 
@@ -49,18 +55,6 @@ class Parser(argparse.ArgumentParser):
                    f"`{self.prog} --help` lists them")
 
 
-def _default(name: str) -> str:
-    """An option's default, as --help shows it."""
-    from dataclasses import fields
-
-    from .config import Settings
-
-    value = next(f.default for f in fields(Settings) if f.name == name)
-    if value in (None, (), False):
-        return ""
-    return f" (default: {value:g})" if isinstance(value, float) else f" (default: {value})"
-
-
 def _add_run_options(parser: argparse.ArgumentParser, with_json: bool = True) -> None:
     group = parser.add_argument_group("options (each also an environment variable; flag > env > ./.env > default)")
     for option in OPTIONS:
@@ -68,18 +62,16 @@ def _add_run_options(parser: argparse.ArgumentParser, with_json: bool = True) ->
         if option.negated_alias:
             env += f"; {option.negated_alias}=false means the same, as in MiniAGI"
             env = env.replace(f", {option.negated_alias};", ";")
+        default = f" (default: {option.default_text})" if option.default_text and not option.boolean else ""
         if option.boolean:
-            names = [option.flag] + (["-y"] if option.name == "yes" else [])
-            if option.name == "critic":
-                group.add_argument(*names, dest=option.name, action=argparse.BooleanOptionalAction, default=None,
-                                   help=f"{option.help} [{env}]")
-            else:
-                group.add_argument(*names, dest=option.name, action="store_const", const=True, default=None,
-                                   help=f"{option.help} [{env}]")
+            action = argparse.BooleanOptionalAction if option.negatable else "store_const"
+            extra = {} if option.negatable else {"const": True}
+            group.add_argument(*option.flags, dest=option.name, action=action, default=None,
+                               help=f"{option.help} [{env}]", **extra)
         else:
-            group.add_argument(option.flag, dest=option.name, metavar=option.metavar, default=None,
+            group.add_argument(*option.flags, dest=option.name, metavar=option.metavar, default=None,
                                action="append" if option.repeatable else "store",
-                               help=f"{option.help}{_default(option.name)} [{env}]")
+                               help=f"{option.help}{default} [{env}]")
     if with_json:
         parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
 
@@ -87,7 +79,8 @@ def _add_run_options(parser: argparse.ArgumentParser, with_json: bool = True) ->
 def _add_follow_options(parser: argparse.ArgumentParser, what: str) -> None:
     follow = parser.add_mutually_exclusive_group()
     follow.add_argument("-c", "--continue", dest="follow_newest", action="store_true",
-                        help=f"{what} the newest run: its objective, answer, summary and notes are in context")
+                        help=f"{what} the newest run of this work directory: its objective, answer, summary and "
+                             "notes are in context")
     follow.add_argument("--cid", default=None, metavar="RUN_ID", help=f"{what} the given run")
 
 
@@ -131,11 +124,11 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--home", default=None, help="where runs live [MINIAGI_HOME]")
 
     batch = commands.add_parser("batch", help=COMMAND_HELP["batch"], description=COMMAND_HELP["batch"] + ". FILE is "
-                                "a .txt (one objective per line) or a .jsonl ({\"id\", \"objective\", optionally \"check\" (a "
-                                "shell command run in the work directory after the run: exit 0 is a pass), "
-                                "\"expect\" (a regular expression the answer must match), \"setup\" (a folder or a "
-                                "command that prepares a fresh work directory), and run options by their long names "
-                                "with underscores}; see docs/batch.md). Running the same command again "
+                                "a .txt (one objective per line) or a .jsonl ({\"id\", \"objective\", optionally "
+                                "\"check\" (a shell command run in the work directory after the run: exit 0 is a "
+                                "pass), \"expect\" (a regular expression the answer must match), \"setup\" (a folder "
+                                "or a command that prepares a fresh work directory), and run options by their long "
+                                "names with underscores}; see docs/batch.md). Running the same command again "
                                 "skips the objectives already done and retries the rest. Exit 0 when every objective "
                                 "ended done (and passed its check), else 3. `miniagi batch report DIR [DIR…]` sums "
                                 "up results folders.")
@@ -151,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="spread the objectives over a Ray cluster: 'auto' or ray://HOST:PORT joins one, "
                             "no address starts one on this machine (pip install 'miniagi[distributed]')")
     _add_run_options(batch, with_json=False)
-    # `miniagi batch report DIR…` (main() turns it into this unlisted command: a batch FILE is never "report")
+    # `miniagi batch report DIR…` (Parser.parse_known_args turns it into this unlisted command)
     report = commands.add_parser("batch-report", prog="miniagi batch report",
                                  description="the summary of a batch's results folder, or several side by side: "
                                  "pass rate, cost, steps and model calls, per objective and in all")
@@ -222,19 +215,24 @@ def cmd_run(args: argparse.Namespace) -> int:
         from .agent import Agent
 
         agent = Agent(settings)
-    result = agent.run(objective, follows=_followed(args, agent.store))
+    result = agent.run(objective, follows=_followed(args, agent.store, settings.workdir_path))
     return _finish(result, args.json)
 
 
-def _followed(args: argparse.Namespace, store) -> str | None:
-    """The run a follow-up continues: -c the newest, --cid the given one."""
+def _followed(args: argparse.Namespace, store, workdir) -> str | None:
+    """The run a follow-up continues: -c the newest of this work directory, --cid the given one."""
     if args.cid:
         return store.open(args.cid).run_id
     if args.follow_newest:
+        here = str(workdir)
         newest = store.results()
-        if not newest:
-            raise ConfigError(f"-c continues the newest run, and there is none under {store.root}")
-        return newest[0]["run_id"]
+        for result in newest:
+            if (result.get("workdir") or store.open(result["run_id"]).workdir()) == here:
+                return result["run_id"]
+        elsewhere = f"; the newest run anywhere is {newest[0]['run_id']}: `--cid {newest[0]['run_id']}` continues " \
+                    "it" if newest else ""
+        raise ConfigError(f"-c continues the newest run of this work directory ({here}), and there is none under "
+                          f"{store.root}{elsewhere}")
     return None
 
 
@@ -245,7 +243,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         from .agent import Agent
 
         agent = Agent(settings)
-    previous, workspace, code = _followed(args, agent.store), None, 0
+    previous, workspace, code = _followed(args, agent.store, settings.workdir_path), None, 0
     interactive = sys.stdin is not None and sys.stdin.isatty()
     try:
         while True:
@@ -467,8 +465,6 @@ def main(argv: list[str] | None = None) -> int:
     if not argv:
         parser.print_help(sys.stderr)
         return 2
-    if argv[:2] == ["batch", "report"]:
-        argv[:2] = ["batch-report"]
     if argv[0] not in HANDLERS and argv[0] not in ("-h", "--help", "--version"):
         argv.insert(0, "run")  # the default command: `miniagi "objective"`
     extras: list[str] = []
@@ -479,7 +475,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.commands[args.command].unknown(extras)
     except SystemExit as stop:
         mistyped = bool(extras) and extras[0].startswith("-")  # an option (and its value), not an objective
-        if stop.code == 2 and argv[0] in HANDLERS and argv[0] not in ("run", "batch-report") and not mistyped:
+        if stop.code == 2 and argv[0] in HANDLERS and argv[0] != "run" and argv[:2] != ["batch", "report"] \
+                and not mistyped:
             _objective_hint(argv)
         raise
     try:

@@ -1,6 +1,6 @@
 """Batches that know whether an objective succeeded: `check`, `expect` and `setup` per line, a fresh work directory
 per objective, `--repeat N`, `miniagi batch report`. The batch and the report run in-process (their objectives are
-real `miniagi run` processes against the scripted endpoint); what needs a process of its own uses one."""
+real `miniagi run` processes against the scripted endpoint); what needs a process of its own gets one."""
 
 from __future__ import annotations
 
@@ -9,11 +9,8 @@ import os
 import subprocess
 import sys
 import threading
-from types import SimpleNamespace
 
 import pytest
-
-from miniagi.cli import main
 
 from .conftest import act, one_line
 from .fake_llm import Fail
@@ -26,21 +23,7 @@ def results(path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line]  # U+2028 kept
 
 
-@pytest.fixture
-def miniagi(llm, isolated, monkeypatch, capsys):
-    """`miniagi ARGS` in this process, against the scripted endpoint (the runs a batch starts inherit it)."""
-    for name, value in {"OPENAI_BASE_URL": llm.url, "OPENAI_API_KEY": KEY, "MINIAGI_MEMORY_SCOPE": "off"}.items():
-        monkeypatch.setenv(name, value)
-
-    def run(*args: str) -> SimpleNamespace:
-        code = main(list(args))
-        out, err = capsys.readouterr()
-        return SimpleNamespace(returncode=code, stdout=out, stderr=err)
-
-    return run
-
-
-def test_checks_expect_and_setup_judge_each_objective_in_a_fresh_work_directory(miniagi, llm, isolated):
+def test_checks_expect_and_setup_judge_each_objective_in_a_fresh_work_directory(cli, llm, isolated):
     seed = isolated.work / "seed"
     seed.mkdir()
     (seed / "n.txt").write_text("21\n")
@@ -70,7 +53,7 @@ def test_checks_expect_and_setup_judge_each_objective_in_a_fresh_work_directory(
          "check": "test -e mine.txt && test ! -e stray.txt && test ! -e n.txt"}]
     write_batch(isolated.work / "jobs.jsonl", lines)
     out = isolated.work / "out"
-    proc = miniagi("batch", "jobs.jsonl", "--out", str(out), "--workers", "3", "-y")
+    proc = cli("batch", "jobs.jsonl", "--out", str(out), "--workers", "3", "-y")
     assert proc.returncode == 3, proc.stderr
     records = {r["id"]: r for r in results(out / "results.jsonl")}
     assert {id_: (r["status"], r.get("check")) for id_, r in records.items()} == {
@@ -95,7 +78,7 @@ def test_checks_expect_and_setup_judge_each_objective_in_a_fresh_work_directory(
     lines[6]["check"] = "test -e mine.txt && test ! -e leftover"
     write_batch(isolated.work / "jobs.jsonl", lines)
     responder.seen.clear()
-    rerun = miniagi("batch", "jobs.jsonl", "--out", str(out), "-y")
+    rerun = cli("batch", "jobs.jsonl", "--out", str(out), "-y")
     assert set(responder.seen) == {"Start from a broken setup"}
     last = results(out / "results.jsonl")[-1]
     assert (last["id"], last["status"], last["check"]) == ("broken-setup", "done", "pass")
@@ -110,7 +93,7 @@ def test_a_check_runs_contained_like_executed_code(cli, llm, isolated):
     write_batch(isolated.work / "jobs.jsonl", [
         {"id": "snoop", "objective": "Finish", "setup": "true", "check": snoop},
         {"id": "hang", "objective": "Finish", "setup": "true", "check": "sleep 600", "exec_timeout": 3}])
-    proc = cli("batch", "jobs.jsonl", "-y", timeout=180)
+    proc = cli("batch", "jobs.jsonl", "-y", timeout=180, process=True)  # kill -9 $PPID: not at pytest
     assert proc.returncode == 3, proc.stderr
     records = {r["id"]: r for r in results(isolated.work / "jobs-jsonl-results" / "results.jsonl")}
     said = records["snoop"]["check_output"]
@@ -121,7 +104,7 @@ def test_a_check_runs_contained_like_executed_code(cli, llm, isolated):
     assert records["hang"]["check"] == "error" and "--exec-timeout" in records["hang"]["check_output"]
 
 
-def test_repeats_count_k_of_n_a_rerun_skips_what_is_complete_and_report_compares_folders(miniagi, llm, isolated):
+def test_repeats_count_k_of_n_a_rerun_skips_what_is_complete_and_report_compares_folders(cli, llm, isolated):
     lock, failed = threading.Lock(), threading.Event()
     answers = ["answer: 41", "answer: 42", "answer: 42"]  # one of the three repeats is wrong
     flaky = []  # the requests for "Start up": the first of all fails
@@ -140,7 +123,7 @@ def test_repeats_count_k_of_n_a_rerun_skips_what_is_complete_and_report_compares
     llm.responder = respond
     write_batch(isolated.work / "jobs.jsonl", [{"id": "answer", "objective": "Name the answer", "expect": "42"},
                                                {"id": "flaky", "objective": "Start up"}])
-    first = miniagi("batch", "jobs.jsonl", "--repeat", "3", "--out", "A", "-y")
+    first = cli("batch", "jobs.jsonl", "--repeat", "3", "--out", "A", "-y")
     assert first.returncode == 3, first.stderr
     lines = results(isolated.work / "A" / "results.jsonl")
     assert sorted((r["id"], r["repeat"]) for r in lines) == [(i, n) for i in ("answer", "flaky") for n in range(3)]
@@ -150,28 +133,28 @@ def test_repeats_count_k_of_n_a_rerun_skips_what_is_complete_and_report_compares
     assert "2/3 pass" in first.stderr and "2/3 done" in first.stderr and "4/6 passed (67%)" in first.stderr
 
     flaky.clear()
-    rerun = miniagi("batch", "jobs.jsonl", "--repeat", "3", "--out", "A", "-y")
+    rerun = cli("batch", "jobs.jsonl", "--repeat", "3", "--out", "A", "-y")
     assert len(flaky) == 1  # only the attempt that ended in error ran again; answers had its three results
     assert len(results(isolated.work / "A" / "results.jsonl")) == 7
     assert rerun.returncode == 3 and "5/6 passed (83%)" in rerun.stderr
 
     answers.append("answer: 42")  # the same suite once more, into a second folder (another model, say)
-    assert miniagi("batch", "jobs.jsonl", "--out", "B", "-y").returncode == 0
+    assert cli("batch", "jobs.jsonl", "--out", "B", "-y").returncode == 0
 
-    single = miniagi("batch", "report", "A")
+    single = cli("batch", "report", "A")
     assert single.returncode == 0 and "5/6 passed (83%)" in single.stdout and "median" in single.stdout
-    both = miniagi("batch", "report", "A", "B")
+    both = cli("batch", "report", "A", "B")
     assert both.returncode == 0
     rows = {line.split()[0]: line.split() for line in both.stdout.splitlines() if line.strip()}
     assert rows["answer"][1] == "2/3" and rows["flaky"][1] == "3/3"
     assert rows["all"][1:3] == ["5/6", "83%"] and "2/2" in rows["all"] and "100%" in rows["all"]
     assert "[1] A" in both.stdout and "[2] B" in both.stdout
-    figures = json.loads(miniagi("batch", "report", "A", "B", "--json").stdout)
+    figures = json.loads(cli("batch", "report", "A", "B", "--json").stdout)
     (a, b) = figures["folders"]
     assert (a["total"]["passed"], a["total"]["runs"], b["total"]["pass_rate"]) == (5, 6, 1.0)
     assert {o["id"]: o["passed"] for o in a["objectives"]} == {"answer": 2, "flaky": 3}
     assert a["total"]["median_steps"] == 1 and a["total"]["median_seconds"] > 0
-    missing = miniagi("batch", "report", "nowhere")
+    missing = cli("batch", "report", "nowhere")
     assert missing.returncode == 2 and one_line(missing.stderr) and "nowhere" in missing.stderr
 
 

@@ -68,7 +68,9 @@ def test_a_batch_survives_a_failing_endpoint_and_a_limit_and_a_rerun_retries_onl
     assert first["long"]["steps"] == 2
     for record in first.values():
         assert set(record) >= {"id", "objective", "status", "answer", "run_id", "steps", "cost_usd"}
-        assert (isolated.home / "runs" / record["run_id"]).is_dir()
+    for id_ in ("sum", "long", "hello"):  # (a run refused at its first request is not kept: broken has none)
+        assert (isolated.home / "runs" / first[id_]["run_id"]).is_dir()
+    assert "500" in first["broken"]["message"]
     assert "batch summary" in proc.stderr and (out / "logs" / "broken.log").read_text()
 
     responder.scripts["Use the broken model"] = [act("done", "fixed")]
