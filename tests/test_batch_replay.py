@@ -195,7 +195,7 @@ def test_a_batch_spreads_over_a_ray_cluster(cli, llm, isolated):
     llm.responder = Scripted({"first on ray": [act("done", "one")], "second on ray": [act("done", "two")],
                               "third on ray": [act("done", "three")]})
     (isolated.work / "jobs.txt").write_text("first on ray\nsecond on ray\nthird on ray\n")
-    proc = cli("batch", "jobs.txt", "--workers", "2", "--ray", timeout=240)  # a local Ray instance
+    proc = cli("batch", "jobs.txt", "--workers", "2", "--ray", timeout=240, process=True)  # a local Ray instance
     assert proc.returncode == 0, proc.stderr
     records = {r["id"]: r for r in results(isolated.work / "jobs-txt-results" / "results.jsonl")}
     assert {r["answer"] for r in records.values()} == {"one", "two", "three"}
