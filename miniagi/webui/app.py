@@ -7,7 +7,6 @@ and model replies are untrusted: a reply holding <script> is shown as text). A r
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -22,6 +21,7 @@ from .. import events as ev
 from ..config import ConfigError
 from ..report import cache_rate
 from ..runs import STATUSES, RunStore
+from .batches import batch_routes
 
 HERE = Path(__file__).parent
 FOLD_LINES = 12  # an observation longer than this is folded
@@ -98,26 +98,6 @@ def create_app(home: Path, redact=lambda text: text) -> Starlette:
                              "chart": str(chart(usage(events))),
                              "meta": templates.get_template("meta.html").render(result=result)})
 
-    async def batch_page(request: Request):
-        path = Path(request.query_params.get("file", "")).expanduser()
-        rows, problem = [], ""
-        if path.is_dir():
-            path = path / "results.jsonl"
-        try:
-            for line in path.read_text(encoding="utf-8").split("\n"):
-                if line.strip():
-                    try:
-                        rows.append(json.loads(line))
-                    except ValueError:
-                        continue
-        except OSError as exc:
-            problem = f"cannot read {path}: {exc.strerror or exc}" if str(path) not in ("", ".") else ""
-        counts: dict[str, int] = {}
-        for row in rows:
-            counts[row.get("status", "?")] = counts.get(row.get("status", "?"), 0) + 1
-        return page("batch.html", file=str(path) if rows or problem else "", rows=rows, counts=counts,
-                    problem=problem)
-
     memory: list = []  # the vector memory, opened (with its embedder) on the first search and kept
 
     async def memory_page(request: Request):
@@ -141,7 +121,7 @@ def create_app(home: Path, redact=lambda text: text) -> Starlette:
 
     return Starlette(routes=[
         Route("/", runs_list), Route("/runs/{run_id}", run_page), Route("/runs/{run_id}/events", run_events),
-        Route("/batch", batch_page), Route("/memory", memory_page), Route("/api/runs", api_runs),
+        *batch_routes(home, page), Route("/memory", memory_page), Route("/api/runs", api_runs),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static")])
 
 
