@@ -56,7 +56,8 @@ class Agent:
             from .model import OpenAIModel
 
             model = OpenAIModel(Endpoint.from_environment(self.environ), self.prices,
-                                request_timeout_s=settings.request_timeout, on_retry=lambda text: self.ui.warn(text))
+                                request_timeout_s=settings.request_timeout,
+                                request_deadline_s=settings.request_deadline, on_retry=lambda text: self.ui.warn(text))
         self.model = model
         interactive = not settings.unattended and sys.stdin is not None and sys.stdin.isatty()
         self.ui = ui or Terminal(interactive=interactive, debug=settings.debug, quiet=quiet)

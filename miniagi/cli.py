@@ -35,6 +35,12 @@ class Parser(argparse.ArgumentParser):
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
 
+    def parse_known_args(self, args=None, namespace=None):
+        args = list(sys.argv[1:] if args is None else args)
+        if self._subparsers is not None and args[:2] == ["batch", "report"]:
+            args[:2] = ["batch-report"]  # `miniagi batch report DIR…`: a command of its own (no batch FILE is "report")
+        return super().parse_known_args(args, namespace)
+
     def unknown(self, extras: list[str]) -> None:
         import difflib
 
@@ -115,15 +121,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     show = commands.add_parser("show", help=COMMAND_HELP["show"], description=COMMAND_HELP["show"])
     show.add_argument("run_id", help="the run's id, a unique prefix of it, or last (the newest run)")
-    show.add_argument("--raw", action="store_true", help="also print the raw model responses")
+    show.add_argument("--raw", action="store_true", help="also print the raw model responses (and the prompts, kept "
+                      "with --debug)")
     show.add_argument("--json", action="store_true", help="print the result and every trace event as JSON")
     show.add_argument("--home", default=None, help="where runs live [MINIAGI_HOME]")
 
     batch = commands.add_parser("batch", help=COMMAND_HELP["batch"], description=COMMAND_HELP["batch"] + ". FILE is "
-                                "a .txt (one objective per line) or a .jsonl ({\"id\", \"objective\", and run "
-                                "options by their long names with underscores}). Running the same command again "
+                                "a .txt (one objective per line) or a .jsonl ({\"id\", \"objective\", optionally "
+                                "\"check\" (a shell command run in the work directory after the run: exit 0 is a "
+                                "pass), \"expect\" (a regular expression the answer must match), \"setup\" (a folder "
+                                "or a command that prepares a fresh work directory), and run options by their long "
+                                "names with underscores}; see docs/batch.md). Running the same command again "
                                 "skips the objectives already done and retries the rest. Exit 0 when every objective "
-                                "ended done, else 3.")
+                                "ended done (and passed its check), else 3. `miniagi batch report DIR [DIR…]` sums "
+                                "up results folders.")
     batch.add_argument("file", help="the objectives: .txt or .jsonl")
     batch.add_argument("--workers", type=int, default=2, help="objectives run at once (default 2)")
     batch.add_argument("--out", default=None, help="where results.jsonl and logs/ go (default: jobs.txt → "
@@ -131,10 +142,17 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_argument("--max-batch-cost", type=float, default=None, metavar="USD",
                        help="start no new objective once the batch has spent this much")
     batch.add_argument("--timeout", type=float, default=None, metavar="S", help="stop an objective after S seconds")
+    batch.add_argument("--repeat", type=int, default=1, metavar="N", help="run every objective N times (default 1)")
     batch.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
                        help="spread the objectives over a Ray cluster: 'auto' or ray://HOST:PORT joins one, "
                             "no address starts one on this machine (pip install 'miniagi[distributed]')")
     _add_run_options(batch, with_json=False)
+    # `miniagi batch report DIR…` (Parser.parse_known_args turns it into this unlisted command)
+    report = commands.add_parser("batch-report", prog="miniagi batch report",
+                                 description="the summary of a batch's results folder, or several side by side: "
+                                 "pass rate, cost, steps and model calls, per objective and in all")
+    report.add_argument("folders", nargs="+", metavar="DIR", help="a results folder (or its results.jsonl)")
+    report.add_argument("--json", action="store_true", help="print the figures as one JSON object")
 
     replay = commands.add_parser("replay", help=COMMAND_HELP["replay"], description=COMMAND_HELP["replay"] + ", "
                                  "commands executed again; reports the first step whose observation differs from "
@@ -294,10 +312,10 @@ def cmd_batch(args: argparse.Namespace) -> int:
 
     path = Path(args.file)
     objectives = read_objectives(path)
-    if args.workers < 1:
-        raise ConfigError("--workers must be at least 1")
+    if args.workers < 1 or args.repeat < 1:
+        raise ConfigError("--workers and --repeat must be at least 1")
     options = {name: value for name, value in _flags(args).items() if value is not None}
-    resolve_settings(options)  # a bad option fails here, once, not in every worker
+    settings = resolve_settings(options)  # a bad option fails here, once, not in every worker
     # from the whole file name: jobs.txt and jobs.jsonl beside each other keep their results apart
     out = Path(args.out) if args.out else path.with_name(path.name.replace(".", "-") + "-results")
     cluster = None
@@ -307,10 +325,17 @@ def cmd_batch(args: argparse.Namespace) -> int:
         cluster = RayCluster(args.ray)
     try:
         return Batch(objectives, out, workers=args.workers, options=options, max_batch_cost=args.max_batch_cost,
-                     timeout_s=args.timeout, cluster=cluster).run()
+                     timeout_s=args.timeout, repeat=args.repeat, home=settings.home_path, source=path,
+                     cluster=cluster).run()
     finally:
         if cluster is not None:
             cluster.close()
+
+
+def cmd_batch_report(args: argparse.Namespace) -> int:
+    from .batch_report import report
+
+    return report(args.folders, as_json=args.json)
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -443,7 +468,8 @@ def _store(args: argparse.Namespace):
 UNUSABLE_PLACE = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EEXIST, errno.EISDIR}
 
 HANDLERS = {"run": cmd_run, "resume": cmd_resume, "runs": cmd_runs, "show": cmd_show, "memory": cmd_memory,
-            "batch": cmd_batch, "replay": cmd_replay, "chat": cmd_chat, "ui": cmd_ui}
+            "batch": cmd_batch, "batch-report": cmd_batch_report, "replay": cmd_replay, "chat": cmd_chat,
+            "ui": cmd_ui}
 
 
 def compact_malloc() -> None:
@@ -477,7 +503,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.commands[args.command].unknown(extras)
     except SystemExit as stop:
         mistyped = bool(extras) and extras[0].startswith("-")  # an option (and its value), not an objective
-        if stop.code == 2 and argv[0] in HANDLERS and argv[0] != "run" and not mistyped:
+        if stop.code == 2 and argv[0] in HANDLERS and argv[0] != "run" and argv[:2] != ["batch", "report"] \
+                and not mistyped:
             _objective_hint(argv)
         raise
     try:

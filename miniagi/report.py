@@ -56,6 +56,8 @@ def print_run(record: RunRecord, raw: bool = False, as_json: bool = False) -> No
         console.print(Text(visible(text), style=style))
 
     usage: dict[int, list[float]] = {}
+    speed: dict[int, str] = {}  # step → how fast its agent reply came, when it streamed
+    system_shown = ""
     for event in ev.read(record.events()):
         step = event.step
         if isinstance(event, ev.RunStart):
@@ -69,15 +71,27 @@ def print_run(record: RunRecord, raw: bool = False, as_json: bool = False) -> No
             tokens[0] += event.prompt_tokens
             tokens[1] += event.completion_tokens
             tokens[2] += event.cost_usd
+            if event.role == "agent" and event.tokens_per_s is not None:
+                speed[step] = f" · first token {event.first_token_s:.1f} s · {event.tokens_per_s:g} tokens/s"
             if raw:
-                say(f"[{event.role} · {event.model} · {event.latency_s} s] raw response:", "dim")
+                for message in event.messages or ():  # kept with --debug
+                    content = str(message.get("content") or "")
+                    if message.get("role") == "system":
+                        content, system_shown = ("(the system prompt shown above)" if content == system_shown
+                                                 else content), content
+                    say(f"[{event.role} prompt · {message.get('role')}]", "dim blue")
+                    say(content, "dim")
+                timing = (f" · first token {event.first_token_s:.1f} s · {event.generation_s:.1f} s generating · "
+                          f"{event.tokens_per_s:g} tokens/s" if event.tokens_per_s is not None else "")
+                say(f"[{event.role} · {event.model} · {event.latency_s} s{timing}] raw response:", "dim")
                 say(event.response, "dim")
         elif isinstance(event, ev.Action):
             prompt, completion, cost = usage.get(step, [0, 0, 0.0])
             console.print()
             console.print(Text.assemble((f"step {step} ", "bold"), (visible(f"command: {event.command}"),
                                                                     "bold magenta"),
-                                        (f"  {prompt}+{completion} tokens · ${cost:.4f}", "dim")))
+                                        (f"  {prompt}+{completion} tokens · ${cost:.4f}{speed.get(step, '')}",
+                                         "dim")))
             if event.thought:
                 say(f"thought: {event.thought}", "italic")
             say("argument:\n" + _indent(event.arg), "yellow")
@@ -85,7 +99,9 @@ def print_run(record: RunRecord, raw: bool = False, as_json: bool = False) -> No
             say("observation:\n" + _indent(event.text), "dim")
         elif isinstance(event, ev.FormatError):
             console.print()
-            say(f"step {step} format error", "bold red")
+            prompt, completion, _ = usage.get(step, [0, 0, 0.0])
+            console.print(Text.assemble((f"step {step} format error", "bold red"),
+                                        (f"  {prompt}+{completion} tokens{speed.get(step, '')}", "dim")))
             say(event.error, "red")
         elif isinstance(event, (ev.LoopWarning, ev.CriticReview, ev.CriticVerdict, ev.SummaryFolded)):
             say(f"[{event.type}] {event.text}", "yellow")

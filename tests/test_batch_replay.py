@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 
-from .conftest import act, run_dirs
+from .conftest import act, one_line, run_dirs
 from .fake_llm import Fail, Hang
 
 
@@ -68,7 +68,9 @@ def test_a_batch_survives_a_failing_endpoint_and_a_limit_and_a_rerun_retries_onl
     assert first["long"]["steps"] == 2
     for record in first.values():
         assert set(record) >= {"id", "objective", "status", "answer", "run_id", "steps", "cost_usd"}
-        assert (isolated.home / "runs" / record["run_id"]).is_dir()
+    for id_ in ("sum", "long", "hello"):  # (a run refused at its first request is not kept: broken has none)
+        assert (isolated.home / "runs" / first[id_]["run_id"]).is_dir()
+    assert "500" in first["broken"]["message"]
     assert "batch summary" in proc.stderr and (out / "logs" / "broken.log").read_text()
 
     responder.scripts["Use the broken model"] = [act("done", "fixed")]
@@ -99,12 +101,37 @@ def test_txt_batches_run_unattended_and_the_cost_cap_stops_new_objectives(cli, l
     assert "cost cap" in proc.stderr and "not started" in proc.stderr
 
 
-def test_bad_batch_files_are_usage_errors_and_bad_options_fail_their_objective_alone(cli, isolated):
-    write_batch(isolated.work / "bad.jsonl", [{"objective": "x", "colour": "red"}])
+def test_every_bad_line_is_named_at_once_and_fails_alone_and_duplicate_ids_are_refused(cli, llm, isolated):
+    llm.responder = Scripted({"Say hello": [act("done", "hello")]})
+    (isolated.work / "bad.jsonl").write_text("\n".join([
+        '{"id": "ok", "objective": "Say hello"}',
+        'not json',
+        '{"id": "typo", "objective": "x", "max_stepz": 3}',
+        '{"id": "check-typo", "objective": "x", "chek": "true"}',
+        '{"id": "colour", "objective": "x", "colour": "red"}',
+        '{"id": "bad-value", "objective": "x", "max_steps": "many"}',
+        '["a list"]',
+        '{"id": "no-objective", "check": "true"}',
+        '{"id": "bad-regex", "objective": "x", "expect": "(unclosed"}']) + "\n")
     proc = cli("batch", "bad.jsonl")
-    assert proc.returncode == 3 and "unknown option 'colour'" in proc.stderr and "bad.jsonl:1" in proc.stderr
-    (isolated.work / "bad2.jsonl").write_text('{"objective": "x"}\nnot json\n')
-    assert cli("batch", "bad2.jsonl").returncode == 2
+    assert proc.returncode == 3, proc.stderr
+    said = proc.stderr.split("· to run on")[-1]
+    for expected in ("bad.jsonl:2: not JSON", "bad.jsonl:3: unknown option 'max_stepz' (did you mean max_steps?)",
+                     "bad.jsonl:4: unknown option 'chek' (did you mean check?)", "bad.jsonl:5: unknown option 'colour'",
+                     "bad.jsonl:6:", "bad.jsonl:7: a line is one JSON object", 'bad.jsonl:8: each line needs an',
+                     'bad.jsonl:9: "expect" is not a regular expression'):
+        assert expected in said, expected
+    assert said.index("bad.jsonl:9") < said.index("batch summary")  # all named before anything runs
+    records = {r["id"]: r for r in results(isolated.work / "bad-jsonl-results" / "results.jsonl")}
+    assert len(records) == 9 and records["ok"]["status"] == "done"  # the good line ran
+    bad = [r for id_, r in records.items() if id_ != "ok"]
+    assert all(r["status"] == "error" and r["message"].startswith("bad.jsonl:") for r in bad)
+
+    (isolated.work / "twice.jsonl").write_text('{"id": "a", "objective": "x"}\n{"id": "b", "objective": "y"}\n'
+                                               '{"id": "a", "objective": "z"}\n{"id": "b", "objective": "w"}\n')
+    twice = cli("batch", "twice.jsonl")
+    assert twice.returncode == 2 and one_line(twice.stderr)
+    assert "the id 'a' is on lines 1 and 3" in twice.stderr and "the id 'b' is on lines 2 and 4" in twice.stderr
     (isolated.work / "jobs.csv").write_text("x")
     assert cli("batch", "jobs.csv").returncode == 2
 
@@ -168,10 +195,11 @@ def test_a_batch_spreads_over_a_ray_cluster(cli, llm, isolated):
     llm.responder = Scripted({"first on ray": [act("done", "one")], "second on ray": [act("done", "two")],
                               "third on ray": [act("done", "three")]})
     (isolated.work / "jobs.txt").write_text("first on ray\nsecond on ray\nthird on ray\n")
-    proc = cli("batch", "jobs.txt", "--workers", "2", "--ray", timeout=240)  # a local Ray instance
+    proc = cli("batch", "jobs.txt", "--workers", "2", "--ray", timeout=240, process=True)  # a local Ray instance
     assert proc.returncode == 0, proc.stderr
     records = {r["id"]: r for r in results(isolated.work / "jobs-txt-results" / "results.jsonl")}
     assert {r["answer"] for r in records.values()} == {"one", "two", "three"}
     assert all(r["status"] == "done" and r["node"] for r in records.values())
+    assert "Token authentication" not in proc.stderr  # our own instance: token auth, as Ray's default, said by no one
     for record in records.values():  # the runs were recorded where MINIAGI_HOME points, as any run is
         assert (isolated.home / "runs" / record["run_id"] / "result.json").is_file()

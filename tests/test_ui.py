@@ -66,6 +66,7 @@ def test_the_endpoints_list_show_and_follow_runs(cli, llm, isolated, ui):
     assert "observed-observed-observed-" in page and "There are 3 files." in page and "execute_python" in page
     assert HOSTILE not in page and "&lt;script&gt;window.pwned=1&lt;/script&gt;" in page  # shown as text
     assert "<svg" in page  # the tokens / cost chart
+    assert page.count(" tokens/s") == 2  # each streamed reply's speed
     events = httpx.get(f"{ui}/runs/{first.name}/events", params={"after": 2}).json()
     total = len((first / "trace.jsonl").read_text().strip().split("\n"))
     assert events["count"] == total and events["status"] == "done" and HOSTILE not in events["html"]
@@ -74,16 +75,35 @@ def test_the_endpoints_list_show_and_follow_runs(cli, llm, isolated, ui):
 
 
 def test_the_batch_and_memory_pages(cli, llm, isolated, ui, tmp_path):
+    from miniagi.batch_report import register_batch
+
     make_run(cli, llm, env=MEMORY_ON)
     (run,) = run_dirs(isolated.home)
-    results = tmp_path / "jobs-txt-results" / "results.jsonl"
+    results = tmp_path / "jobs-jsonl-results" / "results.jsonl"
     results.parent.mkdir()
-    results.write_text(json.dumps({"id": "1", "objective": "Count the files", "status": "done", "run_id": run.name,
-                                   "cost_usd": 0.01}) + "\n"
-                       + json.dumps({"id": "2", "objective": f"bad {HOSTILE}", "status": "error"}) + "\n")
-    page = httpx.get(ui + "/batch", params={"file": str(results.parent)}).text
-    assert "2 objectives" in page and f'href="/runs/{run.name}"' in page and HOSTILE not in page
-    assert "1 done" in page and "1 error" in page
+    first = [{"id": "1", "objective": "Count the files", "status": "error", "message": "endpoint down"},
+             {"id": "2", "objective": f"bad {HOSTILE}", "status": "error", "message": f"it said {HOSTILE}"},
+             {"id": "3", "objective": "Write a file", "status": "done", "run_id": run.name, "cost_usd": 0.01,
+              "steps": 2, "check": "fail", "check_output": "AssertionError: nothing written"}]
+    rerun = [{**first[0], "status": "done", "run_id": run.name, "cost_usd": 0.01, "steps": 4, "answer": "3 files",
+              "message": ""},
+             {**first[2], "check": "pass", "check_output": "", "steps": 2}]
+    results.write_text("".join(json.dumps(r) + "\n" for r in first + rerun) + "{torn by a cra")
+    register_batch(isolated.home, tmp_path / "jobs.jsonl", results, 3, 1)
+    listing = httpx.get(ui + "/batch").text  # the batches this home ran
+    assert str(tmp_path / "jobs.jsonl") in listing and "2/3" in listing and "67%" in listing
+    (key,) = [p.stem for p in (isolated.home / "batches").glob("*.json")]
+    page = httpx.get(f"{ui}/batch/{key}").text
+    assert "3 objectives: 2/3 done · 2/3 passed (67%)" in page  # each id's latest result, not every line
+    assert f'href="/runs/{run.name}"' in page and "3 files" in page and "endpoint down" not in page
+    assert "it said" in page and HOSTILE not in page and "nothing written" not in page  # the message, escaped
+    # the pages take no path from the request: only recorded batches, and only a results.jsonl
+    (isolated.home / "batches" / "0123456789ab.json").write_text(json.dumps({"results": "/etc/passwd"}))
+    assert "root:" not in httpx.get(f"{ui}/batch/0123456789ab").text
+    assert "not a batch" in httpx.get(f"{ui}/batch/0123456789ab").text
+    assert "root:" not in httpx.get(f"{ui}/batch/..%2F..%2Fetc%2Fpasswd").text
+    assert "no batch" in httpx.get(f"{ui}/batch/{'f' * 12}").text
+    assert "root:" not in httpx.get(f"{ui}/batch", params={"file": "/etc/passwd"}).text  # the old way: ignored
     memory = httpx.get(ui + "/memory", params={"q": "how many files are there"}, timeout=60).text
     assert "There are 3 files." in memory and f'href="/runs/{run.name}"' in memory  # each hit says where it is from
     assert HOSTILE not in memory

@@ -10,7 +10,6 @@ cannot reach the UI through a name it re-points at 127.0.0.1 (DNS rebinding).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -25,6 +24,7 @@ from .. import events as ev
 from ..config import ConfigError
 from ..report import cache_rate
 from ..runs import STATUSES, RunStore
+from .batches import batch_routes
 
 HERE = Path(__file__).parent
 FOLD_LINES = 12  # an observation longer than this is folded
@@ -183,25 +183,6 @@ def create_app(home: Path, redact=lambda text: text, host: str = "127.0.0.1"):
                              "chart": str(chart(usage(events))),
                              "meta": templates.get_template("meta.html").render(result=result)})
 
-    async def batch_page(request: Request):
-        path = Path(request.query_params.get("file", "")).expanduser()
-        rows, problem = [], ""
-        if path.is_dir():
-            path = path / "results.jsonl"
-        try:
-            for line in path.read_text(encoding="utf-8").split("\n"):
-                if line.strip():
-                    try:
-                        rows.append(json.loads(line))
-                    except ValueError:
-                        continue
-        except OSError as exc:
-            problem = f"cannot read {path}: {exc.strerror or exc}" if str(path) not in ("", ".") else ""
-        counts: dict[str, int] = {}
-        for row in rows:
-            counts[row.get("status", "?")] = counts.get(row.get("status", "?"), 0) + 1
-        return page("batch.html", file=str(path) if rows or problem else "", rows=rows, counts=counts,
-                    problem=problem)
 
     async def memory_page(request: Request):
         query = request.query_params.get("q", "").strip()
@@ -222,7 +203,7 @@ def create_app(home: Path, redact=lambda text: text, host: str = "127.0.0.1"):
 
     return HostCheck(Starlette(routes=[
         Route("/", runs_list), Route("/runs/{run_id}", run_page), Route("/runs/{run_id}/events", run_events),
-        Route("/batch", batch_page), Route("/memory", memory_page), Route("/api/runs", api_runs),
+        *batch_routes(home, page), Route("/memory", memory_page), Route("/api/runs", api_runs),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static")]), host)
 
 
