@@ -27,7 +27,7 @@ ENDPOINT_NAMES = ("OPENAI_BASE_URL", "OPENAI_API_BASE", "OPENAI_API_KEY")  # whe
 # where data goes, what executed code sees or may reach, whether a person approves, where runs are kept
 WIDENING = tuple(name for name in ("pass_env", "memory_url", "embedding_model", "prices", "yes", "home", "sandbox",
                                    "sandbox_allow", "no_network") if name in {f.name for f in fields(Settings)})
-LIMITS = ("max_cost", "exec_timeout", "exec_memory")  # 0 means no limit (max_cost)
+LIMITS = ("max_cost", "max_calls", "exec_timeout", "exec_memory")  # 0 means no limit (max_cost)
 SENSITIVE = WIDENING + LIMITS
 TRUST_FILE = "trusted-env.json"
 

@@ -215,7 +215,7 @@ def tamper(directory, **settings) -> None:
     trace.write_text("\n".join([json.dumps(start), *lines[1:]]) + "\n")
 
 
-WIDER = {"pass_env": ["AWS_SECRET_ACCESS_KEY"], "max_cost": 0, "exec_timeout": 99999, "yes": True,
+WIDER = {"pass_env": ["AWS_SECRET_ACCESS_KEY"], "max_cost": 0, "max_calls": 10**6, "exec_timeout": 99999, "yes": True,
          "memory_url": "http://127.0.0.1:9/", "embedding_model": "text-embedding-3-small"}
 
 
@@ -230,7 +230,8 @@ def test_resume_takes_no_widening_setting_from_the_trace(cli, llm, isolated):
     assert proc.returncode == 0, proc.stderr
     said = proc.stderr[proc.stderr.index("not taken from the run's trace"):]
     for shown in ("--pass-env AWS_SECRET_ACCESS_KEY (now none)", "--max-cost 0: no limit (now 2.0)",
-                  "--exec-timeout 99999", "--yes on (now off)", "--memory-url http://127.0.0.1:9/ (now none)"):
+                  "--exec-timeout 99999", "--yes on (now off)", "--memory-url http://127.0.0.1:9/ (now none)",
+                  "--max-calls 1000000 (now 500)"):
         assert shown in said, shown
     _, _, trace = load_run(isolated.home)
     resumed = next(e for e in trace if e["type"] == "resume")["settings"]
