@@ -187,6 +187,19 @@ def test_a_dotenv_that_a_run_rewrote_is_not_obeyed_without_the_user(cli, llm, is
         assert cli("env wins").returncode == 0
 
 
+def test_a_dotenv_is_read_once_per_start(isolated):
+    from miniagi.config import forget_dotenv, read_dotenv
+
+    dotenv = isolated.work / ".env"
+    dotenv.write_text("MINIAGI_MODEL=first\n")
+    forget_dotenv()
+    assert read_dotenv()["MINIAGI_MODEL"] == "first"
+    dotenv.write_text("MINIAGI_MODEL=second\nOPENAI_BASE_URL=http://127.0.0.1:9/v1\n")  # code of a run, say
+    assert read_dotenv() == {"MINIAGI_MODEL": "first"}  # the rest of this process goes on with what it read
+    forget_dotenv()  # the next start (main() does this)
+    assert read_dotenv()["MINIAGI_MODEL"] == "second"
+
+
 def test_a_dotenv_beside_the_code_is_remembered_and_its_home_cannot_move_its_trust(cli, llm, isolated, tmp_path):
     project = tmp_path / "project"
     project.mkdir()
