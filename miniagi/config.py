@@ -87,6 +87,17 @@ def parse_names(text: str) -> tuple[str, ...]:
     return names
 
 
+def parse_sandbox(text: str) -> str:
+    value = str(text).strip().lower()
+    if value not in SANDBOXES:
+        raise ValueError(f"{text!r} is not one of {', '.join(SANDBOXES)}")
+    return value
+
+
+def parse_paths(text: str) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(p.strip() for p in str(text).split(",") if p.strip()))
+
+
 def parse_text(text: str) -> str:
     value = str(text).strip()
     if not value:
@@ -95,6 +106,7 @@ def parse_text(text: str) -> str:
 
 
 PROTOCOLS = ("tags", "tools", "json")  # how replies carry actions: see miniagi/protocols.py
+SANDBOXES = ("auto", "bwrap", "namespace", "none")  # how executed code is contained: see miniagi/execution/sandbox.py
 
 
 @dataclass(frozen=True)
@@ -153,6 +165,15 @@ OPTIONS: tuple[Option, ...] = (
            "process_data)", metavar="S"),
     Option("exec_memory", parse_positive_int, "memory limit in MB of each process that executed code starts",
            metavar="MB"),
+    Option("exec_disk", parse_positive_int, "total MB executed code may write to disk in one run", metavar="MB"),
+    Option("sandbox", parse_sandbox, "how executed code is contained: auto (the strongest that works here), bwrap "
+           "(bubblewrap: its own file system view), namespace (its own processes only) or none (see "
+           "docs/sandbox.md)", metavar="KIND"),
+    Option("sandbox_allow", parse_paths, "a path the sandbox hides by default (~/.ssh, ~/.config, ./.env…) that "
+           "executed code may read (and write, inside the work directory); repeatable", metavar="PATH",
+           repeatable=True),
+    Option("no_network", parse_bool, "executed code gets no network (the agent's own commands still reach the "
+           "model, search and URLs)", boolean=True),
     Option("yes", parse_bool, "run commands without asking for approval", negated_alias="PROMPT_USER",
            boolean=True),
     Option("unattended", parse_bool, "never wait for a person", boolean=True),
@@ -187,6 +208,10 @@ class Settings:
     home: str = "~/.miniagi"
     exec_timeout: float = 120.0
     exec_memory: int = 4096
+    exec_disk: int = 10240
+    sandbox: str = "auto"
+    sandbox_allow: tuple[str, ...] = ()
+    no_network: bool = False
     pass_env: tuple[str, ...] = ()
     request_timeout: float = 120.0
     max_reply_tokens: int = 2000
@@ -225,8 +250,9 @@ class Settings:
     def from_dict(cls, data: Mapping[str, Any]) -> "Settings":
         known = {f.name for f in fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
-        if isinstance(values.get("pass_env"), list):
-            values["pass_env"] = tuple(values["pass_env"])
+        for name in ("pass_env", "sandbox_allow"):
+            if isinstance(values.get(name), list):
+                values[name] = tuple(values[name])
         return cls(**values)
 
     def with_overrides(self, values: Mapping[str, Any]) -> "Settings":

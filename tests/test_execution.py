@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 
-from miniagi.execution import PythonSession, cap_text, run_shell
+from miniagi.execution import cap_text
+from miniagi.execution.python import PythonSession
+from miniagi.execution.shell import run_shell
 from miniagi.redaction import child_environment
 
 
@@ -35,7 +37,7 @@ def test_a_worker_that_ignores_the_interrupt_is_killed_and_replaced(tmp_path):
         assert "NameError" in session.run("x").output
     finally:
         session.close()
-    assert not session.scratch.exists()
+    assert session.output.closed
 
 
 def test_code_runs_in_the_workdir_with_no_stdin_and_child_output_is_captured(tmp_path):
