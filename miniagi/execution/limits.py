@@ -234,8 +234,8 @@ class DiskMeter:
             self.live[leader] = max(self.live[leader], _tree_write_bytes(leader))
         return self.finished + sum(self.live.values())
 
-    def exceeded(self) -> bool:
-        return self.written() > self.limit
+    def left(self) -> int:
+        return max(0, self.limit - self.written())
 
     def describe(self) -> str:
         return (f"executed code has written {self.written() / 2**20:,.0f} MB to disk in this run, past its limit of "
@@ -300,18 +300,18 @@ class RunLimits:
             found.append("the number of processes is not capped (running as root with no pids cgroup)")
         return found
 
-    def file_allowance(self) -> int:
+    def file_allowance(self, disk_left: int) -> int:
         """How large a file the next snippet or command may write: no more than is left of --exec-disk."""
-        return max(0, min(self.limits.file_bytes, self.disk.limit - self.disk.written()))
+        return min(self.limits.file_bytes, disk_left)
 
     def worker_settings(self) -> dict:
         return {"data_bytes": self.limits.memory_bytes, "file_bytes": self.limits.file_bytes,
                 "cpu_s": self.limits.cpu_s, "nproc": self.nproc}
 
-    def shell_prefix(self, shell: str) -> str:
+    def shell_prefix(self, shell: str, disk_left: int) -> str:
         """Lines run before the command: lower the limits (soft and hard)."""
         block = 512 if not shell.endswith("bash") else 1024  # POSIX sh counts ulimit -f in 512-byte blocks
-        limits = [f"-d {self.limits.memory_bytes // 1024}", f"-f {self.file_allowance() // block}", "-c 0",
+        limits = [f"-d {self.limits.memory_bytes // 1024}", f"-f {self.file_allowance(disk_left) // block}", "-c 0",
                   f"-t {int(self.limits.cpu_s) + 1}"] + ([f"-u {self.nproc}"] if self.nproc else [])
         return "; ".join(f"ulimit {limit} 2>/dev/null" for limit in limits) + "\n"
 

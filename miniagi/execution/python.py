@@ -110,7 +110,8 @@ class PythonSession:
         return self.worker is not None and self.worker.poll() is None
 
     def run(self, code: str, label: str | None = None) -> ExecResult:
-        if self.limits and self.limits.disk.exceeded():
+        disk_left = self.limits.disk.left() if self.limits else None
+        if disk_left == 0:
             return ExecResult("", ok=False, note=f"Not run: {self.limits.disk.describe()}. Nothing more can be "
                                                  "written in this run; say what you have, or finish.")
         restarted = ""
@@ -130,7 +131,7 @@ class PythonSession:
         request_id = self.runs
         try:
             self._send({"id": request_id, "code": code, "label": label or f"<code {self.runs}>",
-                        "file_bytes": self.limits.file_allowance() if self.limits else None})
+                        "file_bytes": self.limits.file_allowance(disk_left) if self.limits else None})
             reply = self._serve_tools(request_id)
         except TimeoutError:
             return self._stop_snippet(f"Timed out after {self.timeout_s:g} s (--exec-timeout)",
@@ -201,7 +202,7 @@ class PythonSession:
                 raise TimeoutError
             if watch and self.limits and now >= next_check:
                 next_check = now + CHECK_EVERY_S
-                if self.limits.disk.exceeded():
+                if not self.limits.disk.left():
                     raise DiskLimitReached
             wait = CHECK_EVERY_S if deadline is None else min(CHECK_EVERY_S, deadline - now)
             ready, _, _ = select.select([self.responses], [], [], wait)

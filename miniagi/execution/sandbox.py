@@ -19,6 +19,7 @@ Under both namespace kinds PID 1 is nsinit.py, which reaps orphans and ends ever
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 import shutil
@@ -298,6 +299,7 @@ def file_system(policy: Policy) -> list[str]:
     return args
 
 
+@functools.lru_cache(maxsize=1)
 def _installation() -> list[Path]:
     """Where the agent's own code lives: its packages, its interpreter's prefixes and site directories."""
     import site
@@ -320,7 +322,8 @@ def _real(path: Path) -> Path | None:
 
 
 def _under(path: Path, parent: Path) -> bool:
-    return path == parent or parent in path.parents
+    inner, outer = str(path), str(parent)
+    return inner == outer or inner.startswith(outer.rstrip("/") + "/")
 
 
 def _inner_pid(pid: int) -> int | None:

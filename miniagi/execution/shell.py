@@ -24,14 +24,15 @@ def shell_program() -> list[str]:
 
 def run_shell(command: str, workdir: Path, env: Mapping[str, str], timeout_s: float, max_chars: int,
               limits: RunLimits | None = None, sandbox: Sandbox | None = None) -> ExecResult:
-    if limits and limits.disk.exceeded():
+    disk_left = limits.disk.left() if limits else None
+    if disk_left == 0:
         return ExecResult("", ok=False, note=f"Not run: {limits.disk.describe()}. Nothing more can be written in "
                                              "this run; say what you have, or finish.")
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     with output_file() as output:
         program = shell_program()
-        prefix = limits.shell_prefix(program[0]) if limits else ""
+        prefix = limits.shell_prefix(program[0], disk_left) if limits else ""
         argv = [*program, prefix + command]
         launch = sandbox.launch(argv) if sandbox else Launch(argv, ())
         process = subprocess.Popen(launch.argv, cwd=workdir, env=sandbox.environment(dict(env)) if sandbox else env,
@@ -50,7 +51,7 @@ def run_shell(command: str, workdir: Path, env: Mapping[str, str], timeout_s: fl
             if deadline is not None and time.monotonic() >= deadline:
                 stopped = (f"Timed out after {timeout_s:g} s (--exec-timeout): the command and its whole process "
                            "group were killed. Run long jobs in the background or in smaller steps.")
-            elif limits and limits.disk.exceeded():
+            elif limits and not limits.disk.left():
                 stopped = (f"Stopped: {limits.disk.describe()}; the command and its whole process group were "
                            "killed.")
             if stopped:
