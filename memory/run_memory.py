@@ -82,10 +82,11 @@ class RunMemory:
 
     # --- building the context ---------------------------------------------------------------------------------
     def context(self, *, system: str, steps: list[StepRecord], next_step: int, notes: list[str] = (),
-                alerts: str = "") -> tuple[Context, Summary | None]:
+                alerts: str = "", advice: str = "") -> tuple[Context, Summary | None]:
         """The agent's next prompt; also returns the new summary when a batch was folded to make it. (`notes`
         are all the run's notes: those of steps in view are there in the steps that memorized them.)"""
         folded, reshaped = None, False
+        self.advice = advice  # the critic's labelled block, for this prompt's tail
         self.window_start = max(self.window_start, self.summary.through_step + 1)
         context = self._build(system, steps, next_step, alerts)
         if context.tokens > self.builder.max_tokens:
@@ -125,7 +126,7 @@ class RunMemory:
         if newest is not None:
             self.shown.pop(newest.step, None)
         recalled = self._recall(steps, notes=left)
-        tail = self.builder.tail(next_step, recalled, alerts)
+        tail = self.builder.tail(next_step, recalled, alerts, self.advice)
         older = [self._rendering(s) for s in shown[:-1]]
         counts = [self.rendered_tokens[s.step] for s in shown[:-1]]
         if newest is None:

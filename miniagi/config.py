@@ -66,9 +66,11 @@ def parse_memory_scope(text: str) -> str:
 
 
 def parse_protocol(text: str) -> str:
+    from .protocols import formats  # the reply formats: one module each in miniagi/protocols/
+
     value = str(text).strip().lower()
-    if value not in PROTOCOLS:
-        raise ValueError(f"{text!r} is not one of {', '.join(PROTOCOLS)}")
+    if value not in formats():
+        raise ValueError(f"{text!r} is not one of {', '.join(formats())}")
     return value
 
 
@@ -105,8 +107,7 @@ def parse_text(text: str) -> str:
     return value
 
 
-PROTOCOLS = ("tags", "tools", "json")  # how replies carry actions: see miniagi/protocols.py
-SANDBOXES = ("auto", "bwrap", "namespace", "none")  # how executed code is contained: see miniagi/execution/sandbox.py
+SANDBOXES = ("auto", "bwrap", "namespace", "none")  # how executed code is contained: see docs/sandbox.md
 
 
 @dataclass(frozen=True)
@@ -325,6 +326,25 @@ def _parse_dotenv(path: str, modified: int) -> tuple[tuple[str, str], ...]:
     return tuple((k, v) for k, v in values.items() if v is not None)
 
 
+# MiniAGI settings that miniagi does not use, and why: said once, so a MiniAGI .env does not seem to be obeyed
+IGNORED_MINIAGI_NAMES = {
+    "SUMMARIZER_CHUNK_SIZE": "chunks are sized from --max-context-tokens",
+    "CLEAR_DB_ON_START": "memory is never cleared at start; `miniagi memory clear` does it",
+    "MEMORY_BACKEND": "memory is chromadb, local or a server given by --memory-url",
+    "PINECONE_API_KEY": "memory is chromadb, local or a server given by --memory-url",
+    "REDIS_HOST": "memory is chromadb, local or a server given by --memory-url",
+}
+_told: set[str] = set()
+
+
+def tell_ignored(layers: Mapping[str, str]) -> None:
+    """One line per MiniAGI setting found that miniagi ignores (once per process)."""
+    for name, why in IGNORED_MINIAGI_NAMES.items():
+        if name in layers and name not in _told:
+            _told.add(name)
+            print(f"miniagi: {name} (a MiniAGI setting) is ignored: {why}", file=sys.stderr)
+
+
 def resolve_settings(
     flags: Mapping[str, Any],
     environ: Mapping[str, str] | None = None,
@@ -333,6 +353,7 @@ def resolve_settings(
     """flag > environment > .env > default, for every option of the table."""
     environ = os.environ if environ is None else environ
     dotenv = read_dotenv() if dotenv is None else dotenv
+    tell_ignored({**dotenv, **environ})
     values: dict[str, Any] = {}
     for option in OPTIONS:
         flag_value = flags.get(option.name)
