@@ -23,7 +23,10 @@ from .processes import Started, describe_exit, kill_group_members, kill_process_
 from .sandbox import Launch, Sandbox
 
 WORKER = Path(__file__).resolve().with_name("worker.py")
-INTERRUPT_GRACE_S = 5.0  # for the snippet to answer an interrupt (a loaded machine, a fork bomb being reaped)
+INTERRUPT_GRACE_S = 30.0  # for an interrupted snippet to answer (a loaded machine, a fork bomb being reaped)
+DESCENDANTS_AFTER_S = 2.0  # no answer to the interrupt by then: the snippet's own processes are killed
+ANSWER_POLL_S = 0.25
+WORKER_END_S = 5.0  # for the sandbox around a worker that closed its channel to end
 WORKER_START_S = 120.0  # a worker's start-up (not counted in --exec-timeout: a loaded machine can be slow)
 MAX_ANSWER_BYTES = 16 * 2**20  # one line from the worker: a tool call's argument, a status
 CHECK_EVERY_S = 0.25  # how often the disk meter is read while code runs
@@ -225,14 +228,34 @@ class PythonSession:
         return line
 
     def _stop_snippet(self, why: str, advice: str) -> ExecResult:
-        """Interrupt the snippet (state survives); anything it started is killed; a worker that ignores the
-        interrupt is killed with its whole process group. (The sandbox's launcher and init ignore SIGINT.)"""
+        """Interrupt the snippet and kill whatever it started, keeping the worker and its state. Only a worker that
+        ignores the interrupt, or does not answer it within INTERRUPT_GRACE_S, is killed with its whole process
+        group. (The sandbox's launcher and init ignore SIGINT.)"""
         pgid = self.worker.pid
+        worker = self.sandbox.command(pgid) if self.sandbox else pgid
         kill_process_group(pgid, signal.SIGINT)
-        try:
-            reply = self._wait_reply(INTERRUPT_GRACE_S, request_id=self.runs, watch=False)
-        except (TimeoutError, ChannelBroken):
-            reply = None
+        started = time.monotonic()
+        reply, interrupted_again = None, False
+        while worker is not None and time.monotonic() - started < INTERRUPT_GRACE_S:
+            try:
+                reply = self._wait_reply(ANSWER_POLL_S, request_id=self.runs, watch=False)
+                break  # an answer, or None: the worker is gone
+            except TimeoutError:
+                pass
+            except ChannelBroken:
+                break
+            if time.monotonic() - started < DESCENDANTS_AFTER_S:
+                continue
+            if interrupted_again and _ignores_interrupt(worker):
+                break
+            # what the snippet started may be what it waits for (or a fork bomb starving it): those go first
+            kill_group_members(pgid, spare=self.sandbox.spared(pgid) if self.sandbox else {pgid})
+            if not interrupted_again:  # the first may have come before the snippet took interrupts
+                interrupted_again = True
+                try:
+                    os.kill(worker, signal.SIGINT)
+                except OSError:
+                    break
         output = read_capped(self.output, self.max_chars)
         if reply is not None:
             kill_group_members(pgid, spare=self.sandbox.spared(pgid) if self.sandbox else {pgid})
@@ -246,7 +269,7 @@ class PythonSession:
             f"lost and must be defined again. {advice}"))
 
     def _worker_died(self, restarted: str, oom_before: int) -> ExecResult:
-        code = self.worker.wait(INTERRUPT_GRACE_S)  # the sandbox around it ends a moment after the worker
+        code = self.worker.wait(WORKER_END_S)  # the sandbox around it ends a moment after the worker
         if code is None:  # the worker lives but closed its answer channel: it cannot be talked to
             kill_process_group(self.worker.pid)
             code = self.worker.wait()
@@ -280,3 +303,15 @@ class PythonSession:
     def close(self) -> None:
         self._close_worker()
         self.output.close()
+
+
+def _ignores_interrupt(pid: int) -> bool:
+    """Whether a process has SIGINT ignored (the kernel's SigIgn mask): interrupting it again is no use."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as status:
+            for line in status.read(8192).splitlines():
+                if line.startswith(b"SigIgn:"):
+                    return bool(int(line.split()[1], 16) & (1 << (signal.SIGINT - 1)))
+    except (OSError, ValueError, IndexError):
+        pass
+    return False

@@ -1,5 +1,5 @@
 """How executed code is contained: one `Sandbox` per kind, behind one small interface (`launch` wraps a command
-line, `spared` names the sandbox's own processes, `close`).
+line, `command` and `spared` find the command's and the sandbox's own processes, `close`).
 
 - `Bubblewrap` (`--sandbox bwrap`): bubblewrap, as Flatpak and Claude Code use it. The code's file system is the
   work directory (read-write), a private /tmp, and the rest of the system read-only; `$MINIAGI_HOME`, the `.env`
@@ -95,9 +95,14 @@ class Sandbox:
     def environment(self, env: dict[str, str]) -> dict[str, str]:
         return env
 
+    def command(self, leader: int) -> int | None:
+        """The process (its pid as seen here) of the command a launch runs; outside a namespace, the launcher is
+        the command. None when it is gone."""
+        return leader
+
     def spared(self, leader: int) -> set[int]:
         """The processes of a launch that are not the command's own work: the launcher and the namespace's init,
-        plus the command itself; outside a namespace, the launcher is the command."""
+        plus the command itself."""
         return {leader}
 
     def probe(self) -> str:
@@ -153,6 +158,13 @@ class NamespaceSandbox(Sandbox):
 
     def _nsinit(self, argv: list[str], *flags: str) -> list[str]:
         return [sys.executable, "-I", "-S", str(NSINIT), str(self._lifeline_read), *flags, "--", *argv]
+
+    def command(self, leader: int) -> int | None:
+        for init in children(leader):
+            for pid in children(init):
+                if _inner_pid(pid) == INNER_COMMAND_PID:
+                    return pid
+        return None
 
     def spared(self, leader: int) -> set[int]:
         keep = {leader}
