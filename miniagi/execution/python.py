@@ -235,7 +235,7 @@ class PythonSession:
         worker = self.sandbox.command(pgid) if self.sandbox else pgid
         kill_process_group(pgid, signal.SIGINT)
         started = time.monotonic()
-        reply, interrupted_again = None, False
+        reply = None
         while time.monotonic() - started < INTERRUPT_GRACE_S:
             try:
                 reply = self._wait_reply(ANSWER_POLL_S, request_id=self.runs, watch=False)
@@ -246,16 +246,10 @@ class PythonSession:
                 break
             if time.monotonic() - started < DESCENDANTS_AFTER_S:
                 continue
-            if interrupted_again and worker is not None and _ignores_interrupt(worker):
+            if worker is not None and _ignores_interrupt(worker):
                 break
-            # what the snippet started may be what it waits for (or a fork bomb starving it): those go first
+            # what the snippet started may be what it waits for (or a fork bomb starving it): those go, not it
             kill_group_members(pgid, spare=self.sandbox.spared(pgid) if self.sandbox else {pgid})
-            if not interrupted_again and worker is not None:  # the first may have come before it took interrupts
-                try:
-                    os.kill(worker, signal.SIGINT)
-                except OSError:
-                    break
-            interrupted_again = True
         output = read_capped(self.output, self.max_chars)
         if reply is not None:
             kill_group_members(pgid, spare=self.sandbox.spared(pgid) if self.sandbox else {pgid})
