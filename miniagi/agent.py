@@ -98,7 +98,8 @@ class Agent:
             shutil.rmtree(record.dir, ignore_errors=True)
             raise
         run.emit(ev.RunStart(time=now_iso(), run_id=record.run_id, objective=objective,
-                             settings=self.settings.to_dict(), follows=previous, background=background,
+                             settings={**self.settings.to_dict(), "workdir": str(self.settings.workdir_path)},
+                             follows=previous, background=background,
                              extra=dict(origin or {})))
         return run
 
@@ -118,9 +119,17 @@ class Agent:
                 for s in recent))
         if state.notes:
             parts.append("Its notes:\n" + "\n".join(f"- {note}" for note in state.notes))
-        parts.append("The Python session carries over: variables, imports and functions defined then are still "
-                     "defined." if python_kept else "Python variables, imports and functions from it are gone (a new "
-                     "Python session); files it wrote remain in the working directory.")
+        if python_kept:
+            parts.append("The Python session carries over: variables, imports and functions defined then are still "
+                         "defined.")
+        else:
+            there = self.store.open(run_id).workdir()
+            here = str(self.settings.workdir_path)
+            parts.append("Python variables, imports and functions from it are gone (a new Python session); " + (
+                "files it wrote remain in the working directory." if there == here else
+                "files it wrote remain where it worked." if there is None else
+                f"it worked in another directory, {there}: its files are there, not in this run's working "
+                f"directory {here}."))
         return truncate_middle("\n".join(parts), self.counter, self.budget.summary)
 
     def resume(self, run_id: str) -> RunResult:

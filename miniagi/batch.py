@@ -393,8 +393,8 @@ def _option_flags(env: dict) -> list[str]:
         if value is None or option.name in ("unattended",):
             continue
         if option.boolean:
-            if option.name == "critic":
-                flags.append("--critic" if value == "true" else "--no-critic")
+            if option.negatable:
+                flags.append(option.flag if value == "true" else f"--no-{option.flag[2:]}")
             elif value == "true":
                 flags.append(option.flag)
         else:

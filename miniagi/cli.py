@@ -49,18 +49,6 @@ class Parser(argparse.ArgumentParser):
                    f"`{self.prog} --help` lists them")
 
 
-def _default(name: str) -> str:
-    """An option's default, as --help shows it."""
-    from dataclasses import fields
-
-    from .config import Settings
-
-    value = next(f.default for f in fields(Settings) if f.name == name)
-    if value in (None, (), False):
-        return ""
-    return f" (default: {value:g})" if isinstance(value, float) else f" (default: {value})"
-
-
 def _add_run_options(parser: argparse.ArgumentParser, with_json: bool = True) -> None:
     group = parser.add_argument_group("options (each also an environment variable; flag > env > ./.env > default)")
     for option in OPTIONS:
@@ -68,18 +56,16 @@ def _add_run_options(parser: argparse.ArgumentParser, with_json: bool = True) ->
         if option.negated_alias:
             env += f"; {option.negated_alias}=false means the same, as in MiniAGI"
             env = env.replace(f", {option.negated_alias};", ";")
+        default = f" (default: {option.default_text})" if option.default_text and not option.boolean else ""
         if option.boolean:
-            names = [option.flag] + (["-y"] if option.name == "yes" else [])
-            if option.name == "critic":
-                group.add_argument(*names, dest=option.name, action=argparse.BooleanOptionalAction, default=None,
-                                   help=f"{option.help} [{env}]")
-            else:
-                group.add_argument(*names, dest=option.name, action="store_const", const=True, default=None,
-                                   help=f"{option.help} [{env}]")
+            action = argparse.BooleanOptionalAction if option.negatable else "store_const"
+            extra = {} if option.negatable else {"const": True}
+            group.add_argument(*option.flags, dest=option.name, action=action, default=None,
+                               help=f"{option.help} [{env}]", **extra)
         else:
-            group.add_argument(option.flag, dest=option.name, metavar=option.metavar, default=None,
+            group.add_argument(*option.flags, dest=option.name, metavar=option.metavar, default=None,
                                action="append" if option.repeatable else "store",
-                               help=f"{option.help}{_default(option.name)} [{env}]")
+                               help=f"{option.help}{default} [{env}]")
     if with_json:
         parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
 
@@ -87,7 +73,8 @@ def _add_run_options(parser: argparse.ArgumentParser, with_json: bool = True) ->
 def _add_follow_options(parser: argparse.ArgumentParser, what: str) -> None:
     follow = parser.add_mutually_exclusive_group()
     follow.add_argument("-c", "--continue", dest="follow_newest", action="store_true",
-                        help=f"{what} the newest run: its objective, answer, summary and notes are in context")
+                        help=f"{what} the newest run of this work directory: its objective, answer, summary and "
+                             "notes are in context")
     follow.add_argument("--cid", default=None, metavar="RUN_ID", help=f"{what} the given run")
 
 
@@ -211,19 +198,24 @@ def cmd_run(args: argparse.Namespace) -> int:
         from .agent import Agent
 
         agent = Agent(settings)
-    result = agent.run(objective, follows=_followed(args, agent.store))
+    result = agent.run(objective, follows=_followed(args, agent.store, settings.workdir_path))
     return _finish(result, args.json)
 
 
-def _followed(args: argparse.Namespace, store) -> str | None:
-    """The run a follow-up continues: -c the newest, --cid the given one."""
+def _followed(args: argparse.Namespace, store, workdir) -> str | None:
+    """The run a follow-up continues: -c the newest of this work directory, --cid the given one."""
     if args.cid:
         return store.open(args.cid).run_id
     if args.follow_newest:
+        here = str(workdir)
         newest = store.results()
-        if not newest:
-            raise ConfigError(f"-c continues the newest run, and there is none under {store.root}")
-        return newest[0]["run_id"]
+        for result in newest:
+            if (result.get("workdir") or store.open(result["run_id"]).workdir()) == here:
+                return result["run_id"]
+        elsewhere = f"; the newest run anywhere is {newest[0]['run_id']}: `--cid {newest[0]['run_id']}` continues " \
+                    "it" if newest else ""
+        raise ConfigError(f"-c continues the newest run of this work directory ({here}), and there is none under "
+                          f"{store.root}{elsewhere}")
     return None
 
 
@@ -234,7 +226,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         from .agent import Agent
 
         agent = Agent(settings)
-    previous, workspace, code = _followed(args, agent.store), None, 0
+    previous, workspace, code = _followed(args, agent.store, settings.workdir_path), None, 0
     interactive = sys.stdin is not None and sys.stdin.isatty()
     try:
         while True:

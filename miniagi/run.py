@@ -75,6 +75,7 @@ class Run:
         self.nested = Outcome()  # notes and memories of the commands code called during this step
         self.alerts: list[str] = []  # for the next prompt only: loop warnings, the note that the run was resumed
         self.isolation: str | None = None  # the sandbox executed code runs in (bwrap, namespace, none)
+        self.recall_first = True  # whether step 1 recalls (a new run whose store holds nothing for it does not)
 
     def emit(self, event: ev.Event) -> None:
         self.record.append(event.to_json())
@@ -94,13 +95,14 @@ class Run:
         state, record = self.state, self.record
         self.memory.background = state.background  # known once the start (or the trace) is read
         self.ui.run_started(record.run_id, state.objective, self.settings.model,
-                            state.step if self.resumed else None)
+                            state.step if self.resumed else None, follows=state.follows)
         restore_sigterm = _raise_on_sigterm()
         answer = None
         try:
             self.report_isolation()
             self.save("running")
             if not self.resumed:
+                self.recall_first = self.store_might_hold()  # asked before this run stores anything
                 self.remember(self.memory.item("objective", state.objective))
             while True:
                 self.check_limits()
@@ -171,11 +173,29 @@ class Run:
         self.emit(ev.Action(step=number, thought=action.thought, command=action.command, arg=action.arg))
         return action
 
+    def store_might_hold(self) -> bool:
+        """Whether the vector store may hold anything this run could recall (known without opening it)."""
+        memory, store = self.memory, self.memory.store
+        if store is None:
+            return False
+        where = ({"run": memory.run_id} if memory.scope == "run" else
+                 {"workdir": memory.workdir} if memory.scope == "workdir" else None)
+        return store.might_hold(where)
+
     def context(self, number: int) -> list[dict]:
         state = self.state
         advice = critic.advice(state.criticism, self.agent.counter, self.agent.budget.alerts) if state.criticism else ""
-        context, folded = self.memory.context(system=self.agent.system, steps=state.steps, next_step=number,
-                                              notes=state.notes, alerts="\n\n".join(self.alerts), advice=advice)
+        # a new run's first step recalls only when the store held something for it: else the first request need
+        # not wait for chromadb and the embedder to load (the store opens in the background meanwhile)
+        skip_recall, store = number == 1 and not self.recall_first, self.memory.store
+        if skip_recall:
+            self.memory.store = None
+        try:
+            context, folded = self.memory.context(system=self.agent.system, steps=state.steps, next_step=number,
+                                                  notes=state.notes, alerts="\n\n".join(self.alerts), advice=advice)
+        finally:
+            if skip_recall:
+                self.memory.store = store
         self.alerts = []
         if folded:
             self.emit(ev.SummaryFolded(step=state.step, text=folded.text, through_step=folded.through_step))
@@ -355,7 +375,8 @@ class Run:
                 "cached_prompt_tokens": state.cached_prompt_tokens, "cost_saved_usd": round(state.saved_usd, 6),
                 "cost_usd": round(state.cost_usd, 6), "started_at": state.started_at,
                 "ended_at": None if status == "running" else now_iso(), "model": self.settings.model,
-                "exit_code": exit_code, "message": message, "sandbox": self.isolation, **process_identity()}
+                "exit_code": exit_code, "message": message, "sandbox": self.isolation,
+                "workdir": str(self.settings.workdir_path), **process_identity()}
 
 
 def _hints(*hints: str) -> str:

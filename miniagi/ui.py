@@ -61,9 +61,11 @@ class Terminal:
         if not self.quiet:
             self.console.print(markup)
 
-    def run_started(self, run_id: str, objective: str, model: str, resumed_at: int | None = None) -> None:
+    def run_started(self, run_id: str, objective: str, model: str, resumed_at: int | None = None,
+                    follows: str | None = None) -> None:
         verb = "started" if resumed_at is None else f"resuming at step {resumed_at + 1}"
-        self.say(f"[bold]run {run_id}[/] {verb} · model {escape(model)}")
+        continues = f" · continues run {follows}" if follows else ""
+        self.say(f"[bold]run {run_id}[/] {verb}{continues} · model {escape(model)}")
         self.say(Text(f"objective: {self.redact(objective)}", style="cyan"))
 
     def thinking(self, step: int):

@@ -55,7 +55,7 @@ def test_help_shows_defaults_and_what_prompt_user_means(capsys):
     with pytest.raises(SystemExit):
         main(["run", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "spending limit in USD (0: no limit) (default: 2)" in text and "(default: gpt-4o-mini)" in text
+    assert "spending limit in USD, 0 for none (exit 3) (default: 2)" in text and "(default: gpt-4o-mini)" in text
     assert "PROMPT_USER=false means the same" in text
 
 

@@ -227,7 +227,7 @@ def test_a_snippet_cannot_swap_what_the_agent_reads_for_its_output(cli, llm, iso
         llm.add(act("execute_python", SWAP.format(make=make)), act("execute_python", "print('still talking')"))
     llm.add(act("done", "ok"))
     proc = cli("-y", "--sandbox", kind, "--exec-timeout", "30", "swap the output",
-               env={"REDIS_PW": "plain-redis-8812"})
+               env={"REDIS_PW": "plain-redis-8812"}, process=True)  # the agent's own environ, in /proc
     assert proc.returncode == 0, proc.stderr
     _, seen = newest(isolated.home)
     assert all(seen[step].startswith("stdout is") and seen[step].split("\n")[0].endswith("(deleted)")
