@@ -35,7 +35,8 @@ def refusing(tmp_path: Path, *programs: str) -> str:
 
 
 def newest(home: Path) -> tuple[dict, dict]:
-    directory = run_dirs(home)[-1]
+    # the last trace written: run ids sort by the second, and two in-process runs can start in the same one
+    directory = max(run_dirs(home), key=lambda run: (run / "trace.jsonl").stat().st_mtime_ns)
     result = json.loads((directory / "result.json").read_text())
     trace = [json.loads(line) for line in (directory / "trace.jsonl").read_text().splitlines()]
     return result, observations(trace)
