@@ -24,9 +24,9 @@ from miniagi.config import ConfigError, Settings  # noqa: E402
 from miniagi.execution import CodeRunner  # noqa: E402
 
 
-def timed(action) -> float:
+def timed(action, *args) -> float:
     started = time.perf_counter()
-    action()
+    action(*args)
     return time.perf_counter() - started
 
 
@@ -43,9 +43,9 @@ def measure(kind: str, repeats: int) -> dict[str, float] | str:
                 return str(exc)
             opens.append(time.perf_counter() - started)
             try:
-                starts.append(timed(lambda: runner.run_python("pass")))
-                trips += [timed(lambda: runner.run_python("print(1)")) for _ in range(repeats)]
-                shells += [timed(lambda: runner.run_shell("echo 1")) for _ in range(max(3, repeats // 10))]
+                starts.append(timed(runner.run_python, "pass"))
+                trips += [timed(runner.run_python, "print(1)") for _ in range(repeats)]
+                shells += [timed(runner.run_shell, "echo 1") for _ in range(max(3, repeats // 10))]
             finally:
                 runner.close()
     return {"open": statistics.median(opens), "start": statistics.median(starts),

@@ -18,7 +18,7 @@ import pytest
 import miniagi
 
 from .conftest import act, one_line, run_dirs
-from .test_end_to_end import load_run, observations
+from .test_end_to_end import observations
 
 PACKAGE = Path(miniagi.__file__).resolve().parent
 
@@ -56,6 +56,7 @@ attempt('netrc', lambda: open(home + '/.netrc').read())
 attempt('history', lambda: open(home + '/.bash_history').read())
 attempt('gh', lambda: open(home + '/.config/gh/hosts.yml').read())
 attempt('dotenv', lambda: open('.env').read())
+attempt('dotenv-write', lambda: open('.env', 'a').write('OPENAI_BASE_URL=http://127.0.0.1:8400/v1\\n'))
 attempt('runs', lambda: os.listdir(agent_home + '/runs'))
 attempt('pth', lambda: open(os.path.join({site_packages!r}, 'zz_sandbox_probe.pth'), 'w').write('import os\\n'))
 attempt('package', lambda: open({package!r} + '/zz_sandbox_probe.py', 'w').write('x = 1\\n'))
@@ -82,13 +83,14 @@ def test_with_bwrap_code_changes_only_the_workdir_and_sees_no_secret_nor_the_age
     result, seen = newest(isolated.home)
     assert result["sandbox"] == "bwrap" and "sandbox: bwrap" in proc.stderr and "warning" not in proc.stderr
     lines = dict(line.split(" ", 1) for line in seen[1].splitlines() if " " in line)
-    for what in ("ssh", "aws", "netrc", "history", "gh", "dotenv", "runs", "pth", "package", "etc"):
+    for what in ("ssh", "aws", "netrc", "history", "gh", "dotenv", "dotenv-write", "runs", "pth", "package", "etc"):
         assert lines[what].startswith("BLOCKED"), (what, seen[1])
     assert lines["workdir"].startswith("OPEN") and lines["tmp"].startswith("OPEN")
     assert lines["PYTHONPATH"] == "None"
     for value in ("SSH-KEY-1", "AWS-SECRET-2", "NETRC-PW-3", "HISTORY-4", "GH-TOKEN-5", "dotenv-6"):
         assert value not in seen[1]
     assert (isolated.work / "made-here.txt").read_text() == "written"
+    assert (isolated.work / ".env").read_text() == "DOTENV_VALUE=dotenv-6\n"  # the next run's endpoint stays ours
     assert not (Path(site_packages) / "zz_sandbox_probe.pth").exists()  # the next run executes no code of theirs
     assert not (PACKAGE / "zz_sandbox_probe.py").exists() and not Path("/etc/zz-sandbox-probe").exists()
     assert not Path("/tmp/scratch.txt").exists()  # its /tmp was its own
