@@ -509,7 +509,9 @@ def run_objective(objective: str, env: dict, timeout_s: float | None, on_start=N
     # the objective goes in on stdin (`run -`): no limit on its size, and any text at all can be carried;
     # a resumed run takes the batch's options as flags (its recorded settings would win over the environment)
     command = ["resume", resume, "--json", *_option_flags(env)] if resume else ["run", "--json", "-"]
-    process = subprocess.Popen([sys.executable, "-m", "miniagi", *command], env=env,
+    # -P: the current directory (the objective's, where agents write json.py or memory.py) is not on sys.path
+    safe_path = "-P" if sys.version_info >= (3, 11) else "-I"
+    process = subprocess.Popen([sys.executable, safe_path, "-m", "miniagi", *command], env=env,
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                encoding="utf-8", errors="replace", start_new_session=True)
     if on_start:
