@@ -9,6 +9,7 @@ objective (run.py holds the loop). Headless use:
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from typing import Mapping
 
@@ -96,7 +97,12 @@ class Agent:
         self._check_workdir()
         self._check_endpoint()
         record = self.store.create()
-        run = Run(self, record, RunState(objective=objective, make_record=self.step_record), workspace=workspace)
+        try:
+            run = Run(self, record, RunState(objective=objective, make_record=self.step_record), workspace=workspace)
+        except ConfigError:  # the sandbox asked for cannot be had here: nothing was started
+            record.close()
+            shutil.rmtree(record.dir, ignore_errors=True)
+            raise
         run.emit(ev.RunStart(time=now_iso(), run_id=record.run_id, objective=objective,
                              settings={**self.settings.to_dict(), "workdir": str(self.settings.workdir_path)},
                              follows=previous, background=background,

@@ -481,21 +481,10 @@ def run_check(command: str, environ: Mapping[str, str]) -> tuple[int | None, str
     with the run options in `environ`, the same sandbox, limits and environment allow-list (the command is the
     user's, but it runs in a directory the model wrote). Its exit code (None when it did not end by itself: timed
     out, killed) and its output, bounded."""
-    from .containment import Containment, Limits
-    from .execution import run_shell
-    from .redaction import child_environment
-    from .sandbox import Sandbox
+    from .execution.runner import run_command
 
     settings = resolve_settings({}, environ=environ)
-    workdir = settings.workdir_path
-    containment = Containment(Limits(memory_mb=settings.exec_memory, cpu_s=settings.exec_timeout or 3600))
-    sandbox = Sandbox(containment.cgroup_procs, path=environ.get("PATH"))
-    try:
-        result = run_shell(command, workdir, dict(child_environment(environ, settings.pass_env), HOME=str(workdir)),
-                           settings.exec_timeout, CHECK_OUTPUT_CHARS, containment, sandbox)
-    finally:
-        sandbox.close()
-        containment.close()
+    result = run_command(command, settings, environ, CHECK_OUTPUT_CHARS)
     exited = re.fullmatch(r"exit code (\d+)", result.note)
     return (int(exited.group(1)) if exited else None), result.observation()
 
@@ -509,7 +498,9 @@ def run_objective(objective: str, env: dict, timeout_s: float | None, on_start=N
     # the objective goes in on stdin (`run -`): no limit on its size, and any text at all can be carried;
     # a resumed run takes the batch's options as flags (its recorded settings would win over the environment)
     command = ["resume", resume, "--json", *_option_flags(env)] if resume else ["run", "--json", "-"]
-    process = subprocess.Popen([sys.executable, "-m", "miniagi", *command], env=env,
+    # -P: the current directory (the objective's, where agents write json.py or memory.py) is not on sys.path
+    safe_path = "-P" if sys.version_info >= (3, 11) else "-I"
+    process = subprocess.Popen([sys.executable, safe_path, "-m", "miniagi", *command], env=env,
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                encoding="utf-8", errors="replace", start_new_session=True)
     if on_start:

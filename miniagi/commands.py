@@ -405,7 +405,8 @@ def process_data(workspace: Workspace, question: str, sources: list[str]) -> str
         answer = answer_over(question, f"{document.header()}\n\n{text}", source, workspace.summarize,
                              workspace.counter, target_tokens=workspace.answer_tokens,
                              chunk_tokens=workspace.chunk_budget,
-                             progress=lambda done, total: workspace.progress(f"read part {done} of {total} of {source}"))
+                             progress=lambda done, total, source=source: workspace.progress(
+                                 f"read part {done} of {total} of {source}"))
         answers.append((source, answer))
     found = [(source, answer) for source, answer in answers if answer]
     if len(found) > 1:

@@ -88,11 +88,25 @@ def parse_names(text: str) -> tuple[str, ...]:
     return names
 
 
+def parse_sandbox(text: str) -> str:
+    value = str(text).strip().lower()
+    if value not in SANDBOXES:
+        raise ValueError(f"{text!r} is not one of {', '.join(SANDBOXES)}")
+    return value
+
+
+def parse_paths(text: str) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(p.strip() for p in str(text).split(",") if p.strip()))
+
+
 def parse_text(text: str) -> str:
     value = str(text).strip()
     if not value:
         raise ValueError("must not be empty")
     return value
+
+
+SANDBOXES = ("auto", "bwrap", "namespace", "none")  # how executed code is contained: see docs/sandbox.md
 
 
 @dataclass(frozen=True)
@@ -179,6 +193,17 @@ class Settings:
                                  "execute_shell", metavar="S")
     exec_memory: int = option(4096, parse_positive_int, "memory limit in MB of each process that executed code "
                               "starts", metavar="MB")
+    exec_disk: int = option(10240, parse_positive_int, "total MB executed code may write to disk in one run",
+                            metavar="MB")
+    sandbox: str = option("auto", parse_sandbox, "how executed code is contained: auto (the strongest that works "
+                          "here), bwrap (bubblewrap: its own file system view), namespace (its own processes only) or "
+                          "none (see docs/sandbox.md)", metavar="KIND")
+    sandbox_allow: tuple[str, ...] = option(
+        (), parse_paths, "a path the sandbox hides by default (~/.ssh, ~/.config, ./.env…) that executed code may "
+        "read (and write, inside the work directory); repeatable, comma-separated in the environment",
+        metavar="PATH", repeatable=True)
+    no_network: bool = option(False, parse_bool, "executed code gets no network (the agent's own commands still "
+                              "reach the model, search and URLs)")
     pass_env: tuple[str, ...] = option(
         (), parse_names, "an environment variable executed code may see, besides the harmless ones it always sees "
         "(PATH, LANG, LC_*, TERM, TZ, proxies); repeatable, comma-separated in the environment", metavar="NAME",
@@ -237,8 +262,9 @@ class Settings:
     def from_dict(cls, data: Mapping[str, Any]) -> "Settings":
         known = {f.name for f in fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
-        if isinstance(values.get("pass_env"), list):
-            values["pass_env"] = tuple(values["pass_env"])
+        for name in ("pass_env", "sandbox_allow"):
+            if isinstance(values.get(name), list):
+                values[name] = tuple(values[name])
         return cls(**values)
 
     def with_overrides(self, values: Mapping[str, Any]) -> "Settings":

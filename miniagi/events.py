@@ -146,9 +146,12 @@ class LoopWarning(Event):
 
 @dataclass
 class Isolation(Event):
+    """How executed code is contained (see miniagi/execution/sandbox.py); `reason`: what is not protected."""
+
     type: ClassVar[str] = "isolation"
     isolated: bool = False
     reason: str = ""
+    sandbox: str = ""
 
 
 @dataclass

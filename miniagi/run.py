@@ -75,7 +75,7 @@ class Run:
         self.workspace.tool_handler = self.call_tool
         self.nested = Outcome()  # notes and memories of the commands code called during this step
         self.alerts: list[str] = []  # for the next prompt only: loop warnings, the note that the run was resumed
-        self.isolation: str | None = None  # how executed code is kept from the agent's process
+        self.isolation: str | None = None  # the sandbox executed code runs in (bwrap, namespace, none)
         self.recall_first = True  # whether step 1 recalls (a new run whose store holds nothing for it does not)
         # one event at a time into the trace and the state: a model call may end on another thread (a summary)
         self.emitting = threading.RLock()
@@ -382,13 +382,16 @@ class Run:
             self.ui.warn(f"some memories of this run could not be stored: {type(exc).__name__}: {exc}")
 
     def report_isolation(self) -> None:
-        """Executed code runs in a namespace of its own where the platform allows; where not, say so, once."""
-        sandbox = self.workspace.sandbox
-        self.isolation = "namespace" if sandbox.isolated else f"none: {sandbox.reason}"
-        if not sandbox.isolated:
-            self.ui.warn(f"executed code is NOT isolated from the agent's process: {sandbox.reason}. It can see the "
-                         "agent's process in /proc and signal it.")
-        self.emit(ev.Isolation(step=self.state.step, isolated=sandbox.isolated, reason=sandbox.reason))
+        """Say how executed code is contained, and once per workspace (a chat shares one), what is not."""
+        execution = self.workspace.execution
+        self.isolation = execution.kind
+        warning = execution.warning()
+        self.ui.progress(f"sandbox: {execution.describe()}")
+        if warning and not execution.warned:
+            execution.warned = True
+            self.ui.warn(f"warning: {warning}")
+        self.emit(ev.Isolation(step=self.state.step, sandbox=execution.kind, isolated=execution.kind != "none",
+                               reason=warning))
 
     def save(self, status: str, message: str = "", exit_code: int | None = None) -> dict:
         result = self.result(status, message, exit_code)
@@ -404,7 +407,7 @@ class Run:
                 "cached_prompt_tokens": state.cached_prompt_tokens, "cost_saved_usd": round(state.saved_usd, 6),
                 "cost_usd": round(state.cost_usd, 6), "started_at": state.started_at,
                 "ended_at": None if status == "running" else now_iso(), "model": self.settings.model,
-                "exit_code": exit_code, "message": message, "code_isolation": self.isolation,
+                "exit_code": exit_code, "message": message, "sandbox": self.isolation,
                 "workdir": str(self.settings.workdir_path), **process_identity()}
 
 

@@ -27,7 +27,8 @@ ENDPOINT_NAMES = ("OPENAI_BASE_URL", "OPENAI_API_BASE", "OPENAI_API_KEY")  # whe
 # where data goes, what executed code sees or may reach, whether a person approves, where runs are kept
 WIDENING = tuple(name for name in ("pass_env", "memory_url", "embedding_model", "prices", "yes", "home", "sandbox",
                                    "sandbox_allow", "no_network") if name in {f.name for f in fields(Settings)})
-LIMITS = ("max_cost", "max_calls", "exec_timeout", "exec_memory")  # 0 means no limit (max_cost)
+LIMITS = ("max_cost", "max_calls", "exec_timeout", "exec_memory", "exec_disk")  # 0 means no limit (max_cost)
+SANDBOX_STRENGTH = {"none": 0, "namespace": 1, "bwrap": 2, "auto": 2}  # auto: the strongest that works
 SENSITIVE = WIDENING + LIMITS
 TRUST_FILE = "trusted-env.json"
 
@@ -141,13 +142,18 @@ def _save(path: Path, record: dict) -> None:
 
 
 def narrowed(recorded: Settings, current: Settings) -> tuple[Settings, dict[str, str]]:
-    """A trace's settings made safe to run again: the widening ones are the current settings', a limit is the
-    trace's only where it is no looser than the current one. Returns them, and what differs (name → said)."""
+    """A trace's settings made safe to run again: the widening ones are the current settings' (the trace may only
+    keep code off the network or in a stronger sandbox), a limit is the trace's only where it is no looser than the
+    current one. Returns them, and what differs (name → said)."""
     values, differences = {}, {}
     for name in WIDENING + LIMITS:
         mine, theirs = getattr(current, name), getattr(recorded, name)
         if name in LIMITS:
             looser = (mine != 0 and (theirs == 0 or theirs > mine)) if name == "max_cost" else theirs > mine
+        elif name == "no_network":  # the trace may keep code off the network, not put it back on
+            looser = mine and not theirs
+        elif name == "sandbox":  # nor weaken the sandbox
+            looser = SANDBOX_STRENGTH.get(theirs, 0) < SANDBOX_STRENGTH.get(mine, 0)
         else:
             looser = mine != theirs
         values[name] = mine if looser else theirs

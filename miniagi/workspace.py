@@ -12,10 +12,7 @@ from memory.run_memory import RunMemory
 from memory.tokens import TokenCounter
 
 from .commands import python_tools
-from .containment import Containment, Limits
-from .execution import PythonSession, run_shell
-from .sandbox import Sandbox
-from .redaction import child_environment
+from .execution import CodeRunner
 from .sources import Document, SourceError, is_url, read_source
 from .websearch import SearchBackend, SearchResult, SearchUnavailable, search
 
@@ -43,11 +40,9 @@ class RunWorkspace:
         self.settings = settings
         self.ui = ui
         self.workdir: Path = settings.workdir_path
-        # the working directory is the code's home: caches and dotfiles it writes stay with the work
-        self.env = dict(child_environment(environ, settings.pass_env), HOME=str(self.workdir))
-        self.containment = Containment(Limits(memory_mb=settings.exec_memory, cpu_s=settings.exec_timeout or 3600))
-        self.sandbox = Sandbox(self.containment.cgroup_procs, path=environ.get("PATH"))
-        self.max_chars = budget.item_chars
+        # its sandbox and limits; code calls the agent's commands through tool_handler
+        self.execution = CodeRunner(settings, environ, budget.item_chars, tools=python_tools(),
+                                    tool_handler=lambda name, arg: self.tool_handler(name, arg))
         self.memory = memory
         self.search_backend = search_backend
         self.summarize = summarize
@@ -59,26 +54,16 @@ class RunWorkspace:
         self.offline = False  # a replay's: the agent's own commands reach no network
         # runs a command that code in execute_python called as a function (set by the run)
         self.tool_handler: Callable[[str, str], dict] | None = None
-        self._python: PythonSession | None = None
 
     @property
     def documents(self) -> MemoryShelf | None:
         return MemoryShelf(self.memory) if self.memory.store is not None else None
 
-    @property
-    def python(self) -> PythonSession:
-        if self._python is None:
-            self._python = PythonSession(self.workdir, self.env, self.settings.exec_timeout, self.max_chars,
-                                         self.containment, self.sandbox, tools=python_tools(),
-                                         tool_handler=lambda name, arg: self.tool_handler(name, arg))
-        return self._python
-
     def run_python(self, code: str) -> str:
-        return self.python.run(code, label=f"<step {self.step()}>").observation()
+        return self.execution.run_python(code, label=f"<step {self.step()}>").observation()
 
     def run_shell(self, command_line: str) -> str:
-        return run_shell(command_line, self.workdir, self.env, self.settings.exec_timeout, self.max_chars,
-                         self.containment, self.sandbox).observation()
+        return self.execution.run_shell(command_line).observation()
 
     def ask_user(self, message: str) -> str:
         if not self.ui.interactive:
@@ -101,7 +86,4 @@ class RunWorkspace:
         self.ui.progress(text)
 
     def close(self) -> None:
-        if self._python is not None:
-            self._python.close()
-        self.sandbox.close()
-        self.containment.close()
+        self.execution.close()

@@ -54,23 +54,22 @@ def bench_help(repeats: int = 10) -> float:
 
 
 def bench_exec(repeats: int = 300) -> float:
-    from miniagi.containment import Containment, Limits
-    from miniagi.execution import PythonSession
-    from miniagi.redaction import child_environment
+    """The execute_python round trip under the sandbox a run would pick here (scripts/bench_sandbox.py: per kind)."""
+    from miniagi.config import Settings
+    from miniagi.execution import CodeRunner
 
     with tempfile.TemporaryDirectory() as tmp:
-        containment = Containment(Limits())
-        session = PythonSession(Path(tmp), child_environment(), 30, 4000, containment)
+        runner = CodeRunner(Settings(workdir=tmp, home=f"{tmp}/home", exec_timeout=30), {"PATH": "/usr/bin:/bin"},
+                            4000)
         try:
-            session.run("print(0)")  # warm: the worker is started
+            runner.run_python("print(0)")  # warm: the worker is started
             times = []
             for _ in range(repeats):
                 started = time.perf_counter()
-                session.run("print(1)")
+                runner.run_python("print(1)")
                 times.append(time.perf_counter() - started)
         finally:
-            session.close()
-            containment.close()
+            runner.close()
     return statistics.median(times)
 
 

@@ -89,7 +89,7 @@ def test_a_check_runs_contained_like_executed_code(cli, llm, isolated):
     llm.responder = Scripted({"Finish": [act("done", "finished")]})
     snoop = ("for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done; kill -9 $PPID 1 2>/dev/null; "
              "echo home=$HOME; "
-             "printenv OPENAI_API_KEY || echo no-key-here; echo still-here")
+             "printenv OPENAI_API_KEY || echo no-key-here; echo escaped > ../../../escaped.txt; echo still-here")
     write_batch(isolated.work / "jobs.jsonl", [
         {"id": "snoop", "objective": "Finish", "setup": "true", "check": snoop},
         {"id": "hang", "objective": "Finish", "setup": "true", "check": "sleep 600", "exec_timeout": 3}])
@@ -102,6 +102,7 @@ def test_a_check_runs_contained_like_executed_code(cli, llm, isolated):
     assert "printenv OPENAI_API_KEY" in processes and "-m miniagi" not in processes
     assert f"home={records['snoop']['workdir']}" in said and "no-key-here" in said  # the allow-list, as code gets
     assert records["hang"]["check"] == "error" and "--exec-timeout" in records["hang"]["check_output"]
+    assert not (isolated.work / "escaped.txt").exists()  # the sandbox: only its own work directory is writable
 
 
 def test_repeats_count_k_of_n_a_rerun_skips_what_is_complete_and_report_compares_folders(cli, llm, isolated):

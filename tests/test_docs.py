@@ -219,7 +219,8 @@ def test_the_readme_options_table_is_the_generated_one():
         end += 1
     table = "\n".join(readme[start:end]) + "\n"
     assert table == options_table(), ("README.md's options table differs from the option declarations in "
-                                      "miniagi/config.py: replace it with the output of python scripts/options_table.py")
+                                      "miniagi/config.py: replace it with the output of "
+                                      "python scripts/options_table.py")
 
 
 @pytest.mark.parametrize("path", DOCS, ids=lambda path: str(path.relative_to(ROOT)))

@@ -203,7 +203,8 @@ def test_the_python_api_can_be_quiet_and_a_resume_says_where_it_goes_on(isolated
 
     settings = Settings(yes=True, unattended=True, workdir=str(isolated.work), home=str(isolated.home),
                         memory_scope="off", max_steps=1)
-    stopped = Agent(settings, model=ScriptedModel([act("execute_python", "print(6 * 7)")]), quiet=True).run("six sevens")
+    stopped = Agent(settings, model=ScriptedModel([act("execute_python", "print(6 * 7)")]),
+                    quiet=True).run("six sevens")
     assert stopped.status == "limit" and capfd.readouterr().err == ""  # nothing printed at all
     loud = Agent(settings.with_overrides({"max_steps": 3}), model=ScriptedModel([act("done", "42")]))
     assert loud.resume(stopped.run_id).answer == "42"

@@ -1,21 +1,29 @@
 """The persistent Python worker: one per run, like a notebook kernel.
 
-Started by `PythonSession` as `python -u -m miniagi.worker REQUEST_FD RESPONSE_FD`. It reads one JSON request per
-line ({"code", "output", "label"}), runs the code in a namespace that persists between requests with fds 1 and 2
-pointed at the output file (so output of child processes is captured too), and answers with one JSON line
-({"status": "ok" | "error" | "exit" | "interrupted", "detail"}). It imports nothing of miniagi, so the user's
-code runs in a clean interpreter. The agent's other commands are functions in the namespace, with their typed
-signatures: a call writes {"tool", "arg": the arguments by name as a JSON object} on the answer channel and reads
-the agent's {"result" | "data" | "error"} line back.
+Started by `PythonSession` as `python -I -u worker.py REQUEST_FD RESPONSE_FD OUTPUT_FD`, by path: isolated (-I),
+so neither the work directory nor PYTHONPATH nor a user site can put a module of the same name as one of ours
+(json.py, typing.py…) in front of it. It reads its set-up ({"limits", "tools"}) and then one JSON request per
+line ({"code", "label"}), runs the code in a namespace that persists between requests with fds 1 and 2 on
+OUTPUT_FD (a file the agent holds open and reads through its own descriptor, so output of child processes is
+captured too), and answers with one JSON line ({"status": "ok" | "error" | "exit" | "interrupted", "detail"}).
+It imports nothing of miniagi, so the user's code runs in a clean interpreter; once its own imports are done, the
+work directory goes first on sys.path, so the user's code imports its own modules as in any Python session.
+The agent's other commands are functions in the namespace, with their typed signatures: a call writes {"tool",
+"arg": the arguments by name as a JSON object} on the answer channel and reads the agent's
+{"result" | "data" | "error"} line back.
 """
 
 import ast
+import ctypes
+import inspect
 import json
 import linecache
+import mmap
 import os
 import resource
 import signal
 import sys
+import threading
 import time
 import traceback
 
@@ -29,14 +37,25 @@ os.set_blocking(FORK_WRITE, False)
 forks: set = set()
 
 
+# set (shared with every copy) from the end of a snippet to the start of the next: a copy left running that tries
+# to fork then ends instead, so a fork bomb stops growing the moment its snippet is over and can be stopped
+SNIPPET_OVER = mmap.mmap(-1, 1)
+
+
+def _stop_copies_forking() -> None:
+    if SNIPPET_OVER[0] and os.getpid() != WORKER_PID:
+        os._exit(0)
+
+
 def _note_fork_in_child() -> None:
+    _stop_copies_forking()
     try:
         os.write(FORK_WRITE, b"%d\n" % os.getpid())
     except OSError:  # the pipe is full (a fork bomb): the pids cgroup still bounds it
         pass
 
 
-os.register_at_fork(after_in_child=_note_fork_in_child)
+os.register_at_fork(before=_stop_copies_forking, after_in_child=_note_fork_in_child)
 _fork = os.fork
 
 
@@ -126,8 +145,6 @@ def apply_limits(settings: dict) -> None:
         except (ValueError, OSError):
             pass
     try:  # die with whoever started us (the agent, or the namespace's init), even on SIGKILL (Linux)
-        import ctypes
-
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
@@ -135,6 +152,17 @@ def apply_limits(settings: dict) -> None:
 
 def on_cpu_limit(signum, frame):
     raise CPUTimeExceeded
+
+
+def file_budget(limit) -> None:
+    """No file written by the next snippet may grow past what is left of the run's disk allowance (the soft limit;
+    the agent's disk meter stops code that raises it)."""
+    hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
+    soft = limit if hard == resource.RLIM_INFINITY else min(limit, hard)
+    try:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    except (ValueError, OSError):
+        pass
 
 
 def cpu_budget(seconds):
@@ -151,6 +179,16 @@ def cpu_budget(seconds):
 
 
 def run_code(code: str, label: str, namespace: dict) -> tuple[str, str]:
+    """Run a snippet. An interrupt (the agent's SIGINT on a timeout) is taken only while it runs: outside, the
+    worker's own housekeeping must finish, or the session would be lost."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return _run_code(code, label, namespace)
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _run_code(code: str, label: str, namespace: dict) -> tuple[str, str]:
     try:
         tree = ast.parse(code, filename=label, mode="exec")
     except SyntaxError:
@@ -222,9 +260,6 @@ def make_tool(spec: dict, requests, responses):
     """A plain function, with the command's own typed signature, that asks the agent to run one of its commands
     (through the worker's channel) and returns what it observed: the agent applies its approval, limits,
     redaction and cost accounting. The arguments travel by name, as a JSON object."""
-    import inspect
-    import threading
-
     lock = threading.Lock()
     signature = inspect.Signature(
         [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=TYPES[kind])
@@ -240,7 +275,7 @@ def make_tool(spec: dict, requests, responses):
         with lock:
             sys.stdout.flush()
             sys.stderr.flush()
-            responses.write(json.dumps({"tool": spec["name"], "arg": json.dumps(arguments)}) + "\n")
+            responses.write("\n" + json.dumps({"tool": spec["name"], "arg": json.dumps(arguments)}) + "\n")
             responses.flush()
             line = requests.readline()
         if not line:
@@ -261,9 +296,7 @@ def make_tool(spec: dict, requests, responses):
     return tool
 
 
-def serve(request_fd: int, response_fd: int, limits: dict, tools: list) -> None:
-    requests = os.fdopen(request_fd, "r", encoding="utf-8")
-    responses = os.fdopen(response_fd, "w", encoding="utf-8")
+def serve(requests, responses, output_fd: int, limits: dict, tools: list) -> None:
     namespace = {"__name__": "__main__", "__builtins__": __builtins__}
     namespace.update({spec["name"]: make_tool(spec, requests, responses) for spec in tools})
     signal.signal(signal.SIGXCPU, on_cpu_limit)
@@ -271,31 +304,59 @@ def serve(request_fd: int, response_fd: int, limits: dict, tools: list) -> None:
     responses.flush()
     for line in requests:
         request = json.loads(line)
-        out = os.open(request["output"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.dup2(out, 1)
-        os.dup2(out, 2)
-        os.close(out)
+        SNIPPET_OVER[0] = 0
+        # output goes to the agent's file again, whatever the last snippet did with fds 1 and 2 or sys.stdout
+        sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
+        os.dup2(output_fd, 1)
+        os.dup2(output_fd, 2)
+        if request.get("file_bytes") is not None:
+            file_budget(request["file_bytes"])
         try:
             cpu_budget(limits.get("cpu_s"))
             status, detail = run_code(request["code"], request["label"], namespace)
-            cpu_budget(None)
         except KeyboardInterrupt:  # arrived between statements of our own
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
             status, detail = "interrupted", ""
+        cpu_budget(None)
         if os.getpid() != WORKER_PID:  # a process the snippet forked came back here: it must not answer
             os._exit(0)
+        SNIPPET_OVER[0] = 1
         sys.stdout.flush()
         sys.stderr.flush()
         try:
             stopped = stop_forks()
         except Exception:  # housekeeping must never take the session down
             stopped = 0
-        responses.write(json.dumps({"status": status, "detail": detail, "forks_stopped": stopped}) + "\n")
+        # a leading newline ends whatever part of a line the snippet may have written here itself
+        responses.write("\n" + json.dumps({"id": request.get("id"), "status": status, "detail": detail,
+                                           "forks_stopped": stopped}) + "\n")
         responses.flush()
 
 
-if __name__ == "__main__":
+def warm_up() -> None:
+    """Make the standard library's lazy imports (tracebacks) now, before the work directory joins sys.path."""
+    try:
+        compile("(", "<warm-up>", "exec")
+    except SyntaxError:
+        traceback.format_exception_only(*sys.exc_info()[:2])
+    try:
+        raise ValueError
+    except ValueError as error:
+        traceback.format_exception(type(error), error, error.__traceback__)
+
+
+def main() -> None:
+    request_fd, response_fd, output_fd = (int(fd) for fd in sys.argv[1:4])
     sys.argv = [""]
-    worker_limits = json.loads(os.environ.pop("MINIAGI_WORKER_LIMITS", "{}"))
-    apply_limits(worker_limits)
-    serve(int(os.environ.pop("MINIAGI_WORKER_REQUEST_FD")), int(os.environ.pop("MINIAGI_WORKER_RESPONSE_FD")),
-          worker_limits, json.loads(os.environ.pop("MINIAGI_WORKER_TOOLS", "[]")))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # until a snippet runs
+    requests = os.fdopen(request_fd, "r", encoding="utf-8")
+    responses = os.fdopen(response_fd, "w", encoding="utf-8")
+    setup = json.loads(requests.readline())
+    apply_limits(setup["limits"])
+    warm_up()
+    sys.path[0] = os.getcwd()  # not this file's folder: the user's modules, as `python` in the work directory
+    serve(requests, responses, output_fd, setup["limits"], setup["tools"])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+"""PID 1 of the namespace that executed code runs in (see sandbox.py). Standard library only: it is started as
+`python -I -S nsinit.py LIFELINE_FD [--drop-privileges] -- COMMAND…`, before any of miniagi could be imported.
+
+It starts COMMAND, reaps every process that ends in the namespace (orphans are handed to PID 1, and nobody else
+would collect them: 200 zombies once used up the run's process allowance), and exits with COMMAND's status —
+which, PID 1 being gone, ends every process left in the namespace. It also ends everything when the agent is
+gone (LIFELINE_FD, a pipe whose other end only the agent holds, reads end-of-file), so code that loops forever
+does not outlive an agent that was killed.
+
+With --drop-privileges (the namespace sandbox, made by `unshare --user --map-root-user`, where the code would
+otherwise hold every capability of its user namespace, and as real root, write access to every root-owned file),
+it first remounts the cgroup file systems read-only, so the run's process and memory caps cannot be raised or
+left, then drops every capability for good: `umount /proc` can no longer bring the host's /proc back.
+"""
+
+import os
+import select
+import signal
+import sys
+
+MS_RDONLY, MS_REMOUNT, MS_BIND, MS_RELATIME = 1, 32, 4096, 1 << 21
+PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 24, 38
+# statvfs flags that a remount must keep (they may be locked), mapped to mount flags
+KEPT_FLAGS = ((os.ST_NOSUID, 2), (os.ST_NODEV, 4), (os.ST_NOEXEC, 8), (os.ST_NOATIME, 1024),
+              (os.ST_NODIRATIME, 2048), (os.ST_RELATIME, MS_RELATIME))
+
+
+def drop_privileges() -> None:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def check(result: int, what: str) -> None:
+        if result != 0:
+            errno = ctypes.get_errno()
+            raise OSError(errno, f"{what}: {os.strerror(errno)}")
+
+    with open("/proc/self/mounts") as mounts:
+        points = [fields[1] for fields in map(str.split, mounts)
+                  if len(fields) > 2 and (fields[2] in ("cgroup", "cgroup2") or fields[1] == "/sys/fs/cgroup")]
+    for point in points:
+        kept = os.statvfs(point).f_flag
+        flags = MS_REMOUNT | MS_BIND | MS_RDONLY | sum(flag for st, flag in KEPT_FLAGS if kept & st)
+        check(libc.mount(None, point.encode(), None, flags, None), f"remounting {point} read-only")
+    with open("/proc/sys/kernel/cap_last_cap") as last:
+        for capability in range(int(last.read()) + 1):
+            check(libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0), "dropping the capability bounding set")
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                    ("inheritable", ctypes.c_uint32)]
+
+    none = (Data * 2)()
+    check(libc.capset(ctypes.byref(Header(0x20080522, 0)), none), "dropping capabilities")
+    check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "setting no_new_privs")
+
+
+def main() -> int:
+    lifeline = int(sys.argv[1])
+    flags, argv = sys.argv[2:sys.argv.index("--")], sys.argv[sys.argv.index("--") + 1:]
+    if "--drop-privileges" in flags:
+        try:
+            drop_privileges()
+        except OSError as exc:  # never run code with privileges it was meant not to have
+            print(f"nsinit: {exc.strerror}", file=sys.stderr)
+            return 125
+    # interrupts are for the command: the agent sends SIGINT to the whole process group on a timeout
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_write, False)
+    signal.set_wakeup_fd(wake_write)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    command = os.fork()
+    if command == 0:
+        os.close(lifeline)
+        signal.set_wakeup_fd(-1)
+        for fd in (wake_read, wake_write):
+            os.close(fd)
+        for signum in (signal.SIGINT, signal.SIGCHLD):
+            signal.signal(signum, signal.SIG_DFL)
+        try:
+            os.execvp(argv[0], argv)
+        finally:
+            os._exit(127)
+    while True:
+        while True:  # collect every process that has ended
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return 0
+            if pid == 0:
+                break
+            if pid == command:
+                code = os.waitstatus_to_exitcode(status)
+                return code if code >= 0 else 128 - code
+        ready, _, _ = select.select([wake_read, lifeline], [], [])
+        if lifeline in ready:  # the agent is gone
+            return 137
+        os.read(wake_read, 4096)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

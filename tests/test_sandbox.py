@@ -1,0 +1,286 @@
+"""The sandbox around executed code, tried the way an attacker would (issue 20): `miniagi` as a subprocess against
+the scripted endpoint, the code's attempts in its snippets, what held read back from the trace and the disk.
+
+bwrap is installed where the suite runs (.ci/run installs it); the weaker kinds are forced with --sandbox or by a
+PATH whose bwrap / unshare refuse, and each must say what it leaves open."""
+
+from __future__ import annotations
+
+import json
+import os
+import site
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import miniagi
+
+from .conftest import act, one_line, run_dirs
+from .test_end_to_end import observations
+
+PACKAGE = Path(miniagi.__file__).resolve().parent
+
+
+def refusing(tmp_path: Path, *programs: str) -> str:
+    """A PATH where these programs exist but fail the way a system without user namespaces makes them fail."""
+    fake_bin = tmp_path / "refusing-bin"
+    fake_bin.mkdir(exist_ok=True)
+    for program in programs:
+        script = fake_bin / program
+        script.write_text(f"#!/bin/sh\necho '{program}: setting up uid map: Operation not permitted' >&2\nexit 1\n")
+        script.chmod(0o755)
+    return f"{fake_bin}:{os.environ['PATH']}"
+
+
+def newest(home: Path) -> tuple[dict, dict]:
+    # the last trace written: run ids sort by the second, and two in-process runs can start in the same one
+    directory = max(run_dirs(home), key=lambda run: (run / "trace.jsonl").stat().st_mtime_ns)
+    result = json.loads((directory / "result.json").read_text())
+    trace = [json.loads(line) for line in (directory / "trace.jsonl").read_text().splitlines()]
+    return result, observations(trace)
+
+
+ATTEMPTS = """\
+import os, site
+def attempt(what, action):
+    try:
+        print(what, 'OPEN', str(action())[:80].replace('\\n', ' '))
+    except OSError as error:
+        print(what, 'BLOCKED', error.strerror)
+home, agent_home = {user_home!r}, {agent_home!r}
+attempt('ssh', lambda: open(home + '/.ssh/id_rsa').read())
+attempt('aws', lambda: open(home + '/.aws/credentials').read())
+attempt('netrc', lambda: open(home + '/.netrc').read())
+attempt('history', lambda: open(home + '/.bash_history').read())
+attempt('gh', lambda: open(home + '/.config/gh/hosts.yml').read())
+attempt('dotenv', lambda: open('.env').read())
+attempt('dotenv-write', lambda: open('.env', 'a').write('OPENAI_BASE_URL=http://127.0.0.1:8400/v1\\n'))
+attempt('runs', lambda: os.listdir(agent_home + '/runs'))
+attempt('pth', lambda: open(os.path.join({site_packages!r}, 'zz_sandbox_probe.pth'), 'w').write('import os\\n'))
+attempt('package', lambda: open({package!r} + '/zz_sandbox_probe.py', 'w').write('x = 1\\n'))
+attempt('etc', lambda: open('/etc/zz-sandbox-probe', 'w').write('x'))
+attempt('workdir', lambda: open('made-here.txt', 'w').write('written'))
+attempt('tmp', lambda: open('/tmp/scratch.txt', 'w').write('written'))
+print('PYTHONPATH', os.environ.get('PYTHONPATH'))
+"""
+
+
+def test_with_bwrap_code_changes_only_the_workdir_and_sees_no_secret_nor_the_agents_files(cli, llm, isolated):
+    user_home = Path(os.environ["HOME"])
+    for name, text in {".ssh/id_rsa": "SSH-KEY-1", ".aws/credentials": "AWS-SECRET-2", ".netrc": "NETRC-PW-3",
+                       ".bash_history": "HISTORY-4", ".config/gh/hosts.yml": "GH-TOKEN-5"}.items():
+        (user_home / name).parent.mkdir(parents=True, exist_ok=True)
+        (user_home / name).write_text(text)
+    (isolated.work / ".env").write_text("DOTENV_VALUE=dotenv-6\n")
+    site_packages = site.getsitepackages()[0]
+    code = ATTEMPTS.format(user_home=str(user_home), agent_home=str(isolated.home), site_packages=site_packages,
+                           package=str(PACKAGE))
+    llm.add(act("execute_python", code), act("done", "tried"))
+    proc = cli("-y", "look around", env={"PYTHONPATH": str(PACKAGE.parent)})
+    assert proc.returncode == 0, proc.stderr
+    result, seen = newest(isolated.home)
+    assert result["sandbox"] == "bwrap" and "sandbox: bwrap" in proc.stderr and "warning" not in proc.stderr
+    lines = dict(line.split(" ", 1) for line in seen[1].splitlines() if " " in line)
+    for what in ("ssh", "aws", "netrc", "history", "gh", "dotenv", "dotenv-write", "runs", "pth", "package", "etc"):
+        assert lines[what].startswith("BLOCKED"), (what, seen[1])
+    assert lines["workdir"].startswith("OPEN") and lines["tmp"].startswith("OPEN")
+    assert lines["PYTHONPATH"] == "None"
+    for value in ("SSH-KEY-1", "AWS-SECRET-2", "NETRC-PW-3", "HISTORY-4", "GH-TOKEN-5", "dotenv-6"):
+        assert value not in seen[1]
+    assert (isolated.work / "made-here.txt").read_text() == "written"
+    assert (isolated.work / ".env").read_text() == "DOTENV_VALUE=dotenv-6\n"  # the next run's endpoint stays ours
+    assert not (Path(site_packages) / "zz_sandbox_probe.pth").exists()  # the next run executes no code of theirs
+    assert not (PACKAGE / "zz_sandbox_probe.py").exists() and not Path("/etc/zz-sandbox-probe").exists()
+    assert not Path("/tmp/scratch.txt").exists()  # its /tmp was its own
+
+    # --sandbox-allow reopens one hidden path (read-only outside the work directory), and only that one
+    llm.add(act("execute_python", code), act("done", "tried again"))
+    proc = cli("-y", "--sandbox-allow", str(user_home / ".aws"), "look again")
+    assert proc.returncode == 0, proc.stderr
+    _, seen = newest(isolated.home)
+    assert "aws OPEN AWS-SECRET-2" in seen[1] and "ssh BLOCKED" in seen[1] and "dotenv BLOCKED" in seen[1]
+
+
+@pytest.mark.parametrize("refused, kind", [(("bwrap",), "namespace"), (("bwrap", "unshare"), "none")])
+def test_a_weaker_fallback_says_once_what_it_does_not_protect_and_how_to_get_bwrap(cli, llm, isolated, tmp_path,
+                                                                                   refused, kind):
+    llm.add(act("execute_shell", "echo ran-anyway"), act("execute_python", "print('again')"), act("done", "ok"))
+    proc = cli("-y", "run in what there is", env={"PATH": refusing(tmp_path, *refused)})
+    assert proc.returncode == 0, proc.stderr
+    result, seen = newest(isolated.home)
+    assert result["sandbox"] == kind and f"sandbox: {kind}" in proc.stderr
+    assert "ran-anyway" in seen[1] and "again" in seen[2]
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1, proc.stderr
+    assert "Operation not permitted" in warnings[0] and "apt-get install bubblewrap" in warnings[0]
+    assert "~/.ssh" in warnings[0] and "$MINIAGI_HOME" in warnings[0] and ".env" in warnings[0]
+    if kind == "none":
+        assert "signal it" in warnings[0]  # the agent's process itself is in reach
+
+
+def test_a_sandbox_that_cannot_be_had_is_one_line_and_exit_2(cli, llm, isolated, tmp_path):
+    llm.add(act("done", "never"))
+    asked = cli("-y", "--sandbox", "bwrap", "objective", env={"PATH": refusing(tmp_path, "bwrap")})
+    assert asked.returncode == 2 and one_line(asked.stderr), asked.stderr
+    assert "--sandbox bwrap" in asked.stderr and "apt-get install bubblewrap" in asked.stderr
+    offline = cli("-y", "--sandbox", "none", "--no-network", "objective")
+    assert offline.returncode == 2 and one_line(offline.stderr) and "--no-network" in offline.stderr
+    assert run_dirs(isolated.home) == []
+    assert llm.requests == []
+
+
+@pytest.mark.parametrize("kind", ["bwrap", "namespace"])
+def test_no_network_cuts_the_code_off_and_the_default_keeps_it_on(cli, llm, isolated, kind):
+    port = llm.url.split(":")[-1].split("/")[0]
+    probe = (f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=5).close()\n"
+             "    print('REACHED')\nexcept OSError as error:\n    print('CUT OFF', error)")
+    llm.add(act("execute_python", probe), act("done", "ok"))
+    proc = cli("-y", "--sandbox", kind, "--no-network", "go offline")
+    assert proc.returncode == 0, proc.stderr  # the agent's own model calls still went through
+    assert "CUT OFF" in newest(isolated.home)[1][1] and "network off" in proc.stderr
+    llm.add(act("execute_python", probe), act("done", "ok"))
+    proc = cli("-y", "--sandbox", kind, "stay online")
+    assert proc.returncode == 0, proc.stderr
+    assert "REACHED" in newest(isolated.home)[1][1] and "network on" in proc.stderr
+
+
+CAPS = """\
+import ctypes, glob, os, resource
+libc = ctypes.CDLL(None, use_errno=True)
+print('umount', libc.umount2(b'/proc', 2), len([p for p in os.listdir('/proc') if p.isdigit()]))
+for path in glob.glob('/sys/fs/cgroup/**/pids.max', recursive=True)[:20] + \\
+        glob.glob('/sys/fs/cgroup/**/memory.limit_in_bytes', recursive=True)[:20] + \\
+        glob.glob('/sys/fs/cgroup/*/cgroup.procs') + glob.glob('/sys/fs/cgroup/cgroup.procs'):
+    try:
+        open(path, 'w').write('max' if path.endswith('pids.max') else '-1' if 'memory' in path else str(os.getpid()))
+        print('RAISED', path)
+    except OSError:
+        pass
+for limit in (resource.RLIMIT_DATA, resource.RLIMIT_FSIZE):
+    try:
+        resource.setrlimit(limit, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+        print('RAISED rlimit', limit)
+    except (ValueError, OSError):
+        pass
+print('checked')
+"""
+
+
+@pytest.mark.parametrize("kind", ["bwrap", "namespace"])
+def test_the_hosts_proc_cannot_come_back_and_no_cap_can_be_raised_from_inside(cli, llm, isolated, kind):
+    llm.add(act("execute_python", CAPS), act("done", "ok"))
+    proc = cli("-y", "--sandbox", kind, "escape the limits")
+    assert proc.returncode == 0, proc.stderr
+    seen = newest(isolated.home)[1][1]
+    unmounted, visible = seen.splitlines()[0].split()[1:]
+    assert unmounted == "-1" and int(visible) <= 3, seen  # /proc still shows only the code's own processes
+    assert "RAISED" not in seen and "checked" in seen, seen
+
+
+def test_shared_memory_counts_against_exec_memory(cli, llm, isolated):
+    llm.add(act("execute_python", "import mmap\nshared = mmap.mmap(-1, 1536 * 2**20)\n"
+                                  "for i in range(0, len(shared), 4096):\n    shared[i] = 1\nprint('PASSED THE CAP')"),
+            act("execute_python", "print('still working')"), act("done", "ok"))
+    proc = cli("-y", "--exec-memory", "256", "--exec-timeout", "120", "allocate", timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    seen = newest(isolated.home)[1]
+    if "shared memory (mmap) is not counted" in proc.stderr:  # no memory cgroup on this system: said so
+        pytest.skip("no memory cgroup here; the run warned that shared memory is not counted")
+    assert "PASSED THE CAP" not in seen[1] and "ran out of memory" in seen[1] and "256 MB" in seen[1]
+    assert "still working" in seen[2]
+
+
+def test_disk_writes_are_capped_for_the_whole_run(cli, llm, isolated):
+    llm.add(act("execute_python", "open('a.bin', 'wb').write(b'a' * 30 * 2**20)\nprint('first written')"),
+            act("execute_shell", "head -c 30000000 /dev/zero > b.bin; echo second done"),
+            act("execute_shell", "echo third > c.txt"),
+            act("done", "ok"))
+    proc = cli("-y", "--exec-disk", "40", "fill the disk")
+    assert proc.returncode == 0, proc.stderr
+    seen = newest(isolated.home)[1]
+    assert "first written" in seen[1]
+    # no file may outgrow what is left of the allowance
+    assert "File too large" in seen[2] or "File size limit exceeded" in seen[2]
+    assert "Not run" in seen[3] and "--exec-disk" in seen[3]
+    assert not (isolated.work / "c.txt").exists()
+    written = sum(path.stat().st_size for path in isolated.work.glob("*.bin"))
+    assert 30 * 2**20 <= written <= 40 * 2**20
+
+
+SWAP = """\
+import os
+print('stdout is', os.readlink('/proc/self/fd/1'))
+{make}
+os.dup2(swapped, 1)
+os.dup2(swapped, 2)
+"""
+SWAPPED_IN = ("swapped = os.open('/proc/%d/environ' % os.getppid(), os.O_RDONLY)",  # the agent's, under none
+              "os.mkfifo('swap-fifo')\nswapped = os.open('swap-fifo', os.O_RDWR)",
+              "swapped = os.open('/dev/zero', os.O_RDWR)")
+
+
+@pytest.mark.parametrize("kind", ["bwrap", "none"])
+def test_a_snippet_cannot_swap_what_the_agent_reads_for_its_output(cli, llm, isolated, kind):
+    """The agent reads a snippet's output through a descriptor it holds, never by path (the file has no name):
+    a link to the agent's environment, a FIFO or /dev/zero put in its place changes nothing, whatever the
+    sandbox."""
+    for make in SWAPPED_IN:
+        llm.add(act("execute_python", SWAP.format(make=make)), act("execute_python", "print('still talking')"))
+    llm.add(act("done", "ok"))
+    proc = cli("-y", "--sandbox", kind, "--exec-timeout", "30", "swap the output",
+               env={"REDIS_PW": "plain-redis-8812"}, process=True)  # the agent's own environ, in /proc
+    assert proc.returncode == 0, proc.stderr
+    _, seen = newest(isolated.home)
+    assert all(seen[step].startswith("stdout is") and seen[step].split("\n")[0].endswith("(deleted)")
+               for step in (1, 3, 5)), seen
+    assert all(seen[step].startswith("still talking") for step in (2, 4, 6)), seen
+    everything = json.dumps(llm.requests) + "".join(p.read_text() for p in run_dirs(isolated.home)[-1].iterdir())
+    assert "plain-redis-8812" not in everything + proc.stdout + proc.stderr
+
+
+FLOOD = """\
+import os
+answers = int(open('/proc/self/cmdline', 'rb').read().split(b'\\0')[-3])  # the worker's answer channel
+line = b'{"id": -1, "status": "ok"}\\n' * 4096
+while True:
+    os.write(answers, line)
+"""
+
+
+def test_flooding_the_answer_channel_does_not_defeat_the_timeout(cli, llm, isolated):
+    garbage = "import os\nanswers = int(open('/proc/self/cmdline', 'rb').read().split(b'\\0')[-3])\n" \
+              "os.write(answers, b'x' * 17 * 2**20)"
+    llm.add(act("execute_python", "kept = 'state'"), act("execute_python", FLOOD), act("execute_python", "print(kept)"),
+            act("execute_python", garbage), act("execute_python", "print('fresh worker')"), act("done", "ok"))
+    proc = cli("-y", "--exec-timeout", "5", "flood", timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    seen = newest(isolated.home)[1]
+    assert "Timed out after 5 s" in seen[2], seen[2]
+    assert seen[3].startswith("state")  # the flood was interrupted; the session lived on
+    assert "answer channel" in seen[4] and "fresh worker" in seen[5]
+
+
+SHADOWS = ("json", "random", "secrets", "typing", "memory", "miniagi")
+
+
+def test_modules_in_the_workdir_shadow_nothing_of_the_agent_but_user_code_imports_them(cli, llm, isolated):
+    for name in SHADOWS:
+        (isolated.work / f"{name}.py").write_text(f"raise SystemExit('the {name}.py of the work directory ran')\n")
+    (isolated.work / "helpers.py").write_text("GREETING = 'from my own module'\n")
+    (isolated.work / "jobs.txt").write_text("say hi\n")
+    llm.add(act("execute_python", "import helpers\nprint(helpers.GREETING)"), act("done", "hi"))
+    env = dict(os.environ, OPENAI_BASE_URL=llm.url, OPENAI_API_KEY="sk-test-key-123456",
+               MINIAGI_MEMORY_SCOPE="off", MINIAGI_YES="true")
+    # the batch's own process is started safely here (-P); it starts each objective's run in this folder
+    batch = subprocess.run([sys.executable, "-P", "-m", "miniagi", "batch", "jobs.txt", "--workers", "1"],
+                           cwd=isolated.work, env=env, capture_output=True, text=True, timeout=240,
+                           stdin=subprocess.DEVNULL)
+    assert batch.returncode == 0, batch.stderr
+    (record,) = [json.loads(line) for line in (isolated.work / "jobs-txt-results" / "results.jsonl").read_text()
+                 .splitlines()]
+    assert record["status"] == "done", record
+    _, seen = newest(isolated.home)
+    assert "from my own module" in seen[1]
+    assert "work directory ran" not in batch.stdout + batch.stderr + json.dumps(seen)
