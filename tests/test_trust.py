@@ -369,3 +369,19 @@ def test_a_password_in_the_base_url_is_never_shown(cli, llm, isolated):
     shown = proc.stdout + proc.stderr + down.stdout + down.stderr + json.dumps(llm.requests) + \
         "".join(p.read_text() for p in directory.iterdir())
     assert "pw-hunter2" not in shown and "pw-proxy" not in shown
+
+
+def test_a_trace_may_keep_a_run_stricter_never_looser():
+    from miniagi.config import Settings
+    from miniagi.trust import narrowed
+
+    mine = Settings(sandbox="auto", no_network=False, pass_env=("PATH_EXTRA",), max_cost=2.0, exec_disk=100)
+    strict = Settings(sandbox="bwrap", no_network=True, pass_env=(), max_cost=1.0, exec_disk=50)
+    kept, differences = narrowed(strict, mine)
+    assert (kept.sandbox, kept.no_network, kept.max_cost, kept.exec_disk) == ("bwrap", True, 1.0, 50)
+    assert kept.pass_env == ("PATH_EXTRA",) and set(differences) == {"pass_env"}  # yours, and said
+    loose = Settings(sandbox="none", no_network=False, pass_env=("AWS_SECRET_ACCESS_KEY",), max_cost=0, exec_disk=10**6)
+    kept, differences = narrowed(loose, Settings(no_network=True))
+    assert (kept.sandbox, kept.no_network, kept.pass_env, kept.max_cost, kept.exec_disk) == \
+        ("auto", True, (), 2.0, Settings().exec_disk)
+    assert set(differences) == {"sandbox", "no_network", "pass_env", "max_cost", "exec_disk"}
