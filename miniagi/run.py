@@ -76,19 +76,27 @@ class Run:
         self.nested = Outcome()  # notes and memories of the commands code called during this step
         self.alerts: list[str] = []  # for the next prompt only: loop warnings, the note that the run was resumed
         self.isolation: str | None = None  # how executed code is kept from the agent's process
+        # a summary is prepared in a thread of its own: its model call's event and the loop's must not interleave
+        self.emitting = threading.Lock()
+        self.ended = False  # after run_end nothing is recorded (a summary left behind by Ctrl-C)
 
     def emit(self, event: ev.Event) -> None:
-        self.record.append(event.to_json())
-        self.state.apply(event)
-        self.ui.show(event, self.state.cost_usd)
+        with self.emitting:
+            if self.ended:
+                return
+            self.record.append(event.to_json())
+            self.state.apply(event)
+            self.ui.show(event, self.state.cost_usd)
 
     def emit_quietly(self, event: ev.Event) -> None:
         """The end of a run is recorded if the disk allows; the trace up to the last step stands either way."""
-        try:
-            self.record.append(event.to_json())
-        except OSError as exc:
-            self.ui.warn(f"could not record the end of the run: {exc.strerror or exc}")
-        self.state.apply(event)
+        with self.emitting:
+            try:
+                self.record.append(event.to_json())
+            except OSError as exc:
+                self.ui.warn(f"could not record the end of the run: {exc.strerror or exc}")
+            self.state.apply(event)
+            self.ended = self.ended or isinstance(event, ev.RunEnd)
 
     # --- the loop ------------------------------------------------------------------------------------------------
     def drive(self) -> RunResult:
@@ -96,7 +104,7 @@ class Run:
         self.memory.background = state.background  # known once the start (or the trace) is read
         self.ui.run_started(record.run_id, state.objective, self.settings.model, state.step if self.resumed else 0)
         restore_sigterm = _raise_on_sigterm()
-        answer = None
+        answer, interrupted = None, False
         try:
             self.report_isolation()
             self.save("running")
@@ -115,10 +123,14 @@ class Run:
                                                      f"{submitted.answer}", state.step))
         except (Exception, KeyboardInterrupt) as exc:
             ending = ending_for(exc, record.run_id, first_call_made=self.resumed or state.llm_calls > 0)
+            interrupted = isinstance(exc, KeyboardInterrupt)
             if ending.internal:
                 self.emit_quietly(ev.Error(step=state.step, traceback=traceback.format_exc()))
         finally:
             restore_sigterm()
+            # a summary still being made is waited for, so that its call is recorded before the end (not after
+            # Ctrl-C: the person wants out; its event is then not recorded)
+            self.memory.settle(wait=not interrupted)
             if self.owns_workspace:
                 self.workspace.close()
             self.flush_memory()
@@ -178,12 +190,15 @@ class Run:
         state = self.state
         criticism = [f"A REVIEWER'S CRITICISM OF YOUR PROGRESS:\n{state.criticism}"] if state.criticism else []
         context, folded = self.memory.context(system=self.agent.system, steps=state.steps, next_step=number,
-                                              notes=state.notes, alerts="\n\n".join(self.alerts + criticism))
+                                              alerts="\n\n".join(self.alerts + criticism))
         self.alerts = []
         if folded:
-            self.emit(ev.SummaryFolded(step=state.step, text=folded.text, through_step=folded.through_step))
+            self.emit(ev.SummaryFolded(step=state.step, text=folded.text, through_step=folded.through_step,
+                                       notes_digest=folded.notes_digest or None,
+                                       notes_through=folded.notes_through or None))
         if self.memory.last_recalled:
-            self.emit(ev.Recall(step=number, ids=self.memory.last_recalled))
+            self.emit(ev.Recall(step=number, ids=[item.id for item in self.memory.last_recalled],
+                                items=[item.to_json() for item in self.memory.last_recalled]))
         if self.memory.failure:
             self.ui.warn(f"vector memory disabled for this run: {self.memory.failure}")
             self.emit(ev.Error(step=state.step, text=f"vector memory: {self.memory.failure}"))
