@@ -198,15 +198,17 @@ class ContextBuilder:
         """What notes take of the head, as head() lists them."""
         return sum(self.counter.count(f"- (step {note.step}) {note.text}") + 1 for note in notes)
 
-    def tail(self, next_step: int, recalled: str = "", alerts: str = "") -> str:
-        """The volatile end of the prompt: labelled blocks (recalled memories, warnings), then the request for the
-        next action."""
+    def tail(self, next_step: int, recalled: str = "", alerts: str = "", advice: str = "") -> str:
+        """The volatile end of the prompt: labelled blocks (recalled memories, warnings, the reviewer's advice,
+        labelled by the critic: a block of its own, never inside output), then the request for the next action."""
         parts = []
         if recalled:  # documents, pages and results of other runs: outside text, whatever its label
             parts.append("RELEVANT MEMORIES (recalled for this step only, from earlier steps and runs):\n"
                          + fence_untrusted("recalled memories", recalled))
         if alerts.strip():
             parts.append(truncate_middle(alerts.strip(), self.counter, self.alerts_cap))
+        if advice:
+            parts.append(advice)
         parts.append(self.request(next_step))
         return "\n\n".join(parts)
 

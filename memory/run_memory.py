@@ -136,28 +136,29 @@ class RunMemory:
 
     # --- building the context ---------------------------------------------------------------------------------
     def context(self, *, system: str, steps: list[StepRecord], next_step: int,
-                alerts: str = "") -> tuple[Context, Summary | None]:
-        """The agent's next prompt; also returns the new summary when steps left the view to make it."""
+                alerts: str = "", advice: str = "") -> tuple[Context, Summary | None]:
+        """The agent's next prompt; also returns the new summary when steps left the view to make it. `alerts`
+        and `advice` (the critic's labelled block) are for this prompt's tail only."""
         limit, before = self.builder.max_tokens, self.summary
-        layout = self._layout(system, steps, next_step, alerts)
+        layout = self._layout(system, steps, next_step, alerts, advice)
         while self._needed(layout) > limit and len(layout.view) > 1:
             if self.preparing is not None:  # ready, most often: it was started a step or more ago
                 summary, self.preparing = self.preparing.wait(), None
             else:
                 summary = self.make_summary(self.summary, layout.view[:self._leaving(layout)], list(steps))
             self._adopt(summary)
-            layout = self._layout(system, steps, next_step, alerts)
+            layout = self._layout(system, steps, next_step, alerts, advice)
         squeeze = self._needed(layout) > limit and bool(layout.view)
         if not squeeze:
             self._prepare(layout, steps)
-        context = self._finish(system, steps, layout, next_step, alerts, squeeze)
+        context = self._finish(system, steps, layout, next_step, alerts, advice, squeeze)
         context.reshaped = self.summary is not before
         return context, (self.summary if context.reshaped else None)
 
     def _view(self, steps: list[StepRecord]) -> list[StepRecord]:
         return [s for s in steps if s.step > self.summary.through_step]
 
-    def _layout(self, system: str, steps: list[StepRecord], next_step: int, alerts: str) -> Layout:
+    def _layout(self, system: str, steps: list[StepRecord], next_step: int, alerts: str, advice: str) -> Layout:
         view = self._view(steps)
         notes = self.head_notes(steps)
         head = self.builder.head(self.objective, self.summary, notes, self.background)
@@ -168,7 +169,7 @@ class RunMemory:
             counts.append(tokens)
         fixed = self.builder.message_tokens([{"role": "system", "content": system},
                                              {"role": "user", "content": head}])
-        tail = self.counter.count(self.builder.tail(next_step, "", alerts)) + 2
+        tail = self.counter.count(self.builder.tail(next_step, "", alerts, advice)) + 2
         return Layout(view, head, pairs, counts, fixed + 3, tail)
 
     def _needed(self, layout: Layout) -> int:
@@ -214,7 +215,7 @@ class RunMemory:
             del self.rendered[step]
 
     def _finish(self, system: str, steps: list[StepRecord], layout: Layout, next_step: int, alerts: str,
-                squeeze: bool) -> Context:
+                advice: str, squeeze: bool) -> Context:
         """The prompt, with what recall finds in the room left (and the newest step cut to fit, when it alone is
         too big)."""
         limit = self.builder.max_tokens
@@ -228,8 +229,8 @@ class RunMemory:
         recalled = self._recall(steps, room, shown)
         while True:
             text = "\n".join(f"- ({item.label}) {item.text}" for item in recalled)
-            context = self.builder.assemble(system, layout.head, pairs, self.builder.tail(next_step, text, alerts),
-                                            pair_tokens=counts)
+            tail = self.builder.tail(next_step, text, alerts, advice)
+            context = self.builder.assemble(system, layout.head, pairs, tail, pair_tokens=counts)
             if context.tokens <= limit or not recalled:  # counts of joined texts may differ by a token or two
                 break
             recalled.pop()

@@ -246,6 +246,12 @@ class VectorMemory:
             vector = self._vectors[objective] = self.embed_one(objective)
         return vector
 
+    def count(self, where: dict | None = None) -> int:
+        """How many items match where (all of them when None)."""
+        if where is None:
+            return self.collection.count()
+        return len(self.collection.get(where=where, include=[])["ids"])
+
     def delete(self, where: dict | None = None) -> int:
         """Delete the items matching where (everything when None); returns how many."""
         collection = self.collection

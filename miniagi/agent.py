@@ -21,7 +21,7 @@ from . import events as ev
 from .config import ConfigError, Settings, read_dotenv
 from .model import Model, PriceTable
 from .prompts import system_prompt
-from .protocols import PROTOCOLS
+from .protocols import formats
 from .run import Run, RunResult
 from .runs import RunStore, now_iso
 from .redaction import Redactor
@@ -40,7 +40,9 @@ class Agent:
     """Runs objectives: holds what every run of it shares, and makes a `Run` per objective."""
 
     def __init__(self, settings: Settings, *, model: Model | None = None, ui: Terminal | None = None,
-                 environ: Mapping[str, str] | None = None, search_backend: SearchBackend | None = None):
+                 environ: Mapping[str, str] | None = None, search_backend: SearchBackend | None = None,
+                 quiet: bool = False):
+        """`quiet`: print nothing on stderr (the Python API's choice; the CLI always shows progress)."""
         self.settings = settings
         self.search_backend = search_backend or DdgsBackend()
         self.environ = dict(os.environ if environ is None else environ)
@@ -55,14 +57,14 @@ class Agent:
                                 request_timeout_s=settings.request_timeout, on_retry=lambda text: self.ui.warn(text))
         self.model = model
         interactive = not settings.unattended and sys.stdin is not None and sys.stdin.isatty()
-        self.ui = ui or Terminal(interactive=interactive, debug=settings.debug)
+        self.ui = ui or Terminal(interactive=interactive, debug=settings.debug, quiet=quiet)
         self.ui.redact = self.redact
         self.store = RunStore(settings.home_path, self.redact)
         self.budget = Budget.from_settings(settings)
         self.counter = counter_for(settings.model)
         self.critic_counter = counter_for(settings.model_for("critic"))
         self.summarizer_counter = counter_for(settings.model_for("summarizer"))
-        self.protocol = PROTOCOLS[settings.protocol]
+        self.protocol = formats()[settings.protocol]
         self.contexts = ContextBuilder(self.counter, self.budget, render_step=self.protocol.render)
         self.vectors = open_vector_memory(settings, self.environ, model, self.redact)
         self.system = system_prompt(str(settings.workdir_path), settings.protocol)

@@ -304,7 +304,7 @@ class Batch:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class ProcessResult:
     stdout: str
     stderr: str
     returncode: int | None
@@ -313,7 +313,7 @@ class Outcome:
 
 
 def run_objective(objective: str, env: dict, timeout_s: float | None, on_start=None, on_end=None,
-                  resume: str | None = None) -> Outcome:
+                  resume: str | None = None) -> ProcessResult:
     """One objective as its own `miniagi run` (or `miniagi resume RUN_ID`) process, in its own process group.
     Here or on a Ray node."""
     import socket
@@ -341,7 +341,7 @@ def run_objective(objective: str, env: dict, timeout_s: float | None, on_start=N
     finally:
         if on_end:
             on_end()
-    return Outcome(stdout, stderr, process.returncode, timed_out, socket.gethostname())
+    return ProcessResult(stdout, stderr, process.returncode, timed_out, socket.gethostname())
 
 
 class RayCluster:
@@ -363,13 +363,13 @@ class RayCluster:
     def submit(self, objective: str, option_env: dict, timeout_s: float | None, resume: str | None = None):
         return self.remote.remote(objective, option_env, timeout_s, resume)
 
-    def wait(self, reference) -> Outcome:
+    def wait(self, reference) -> ProcessResult:
         try:
             return self.ray.get(reference)
         except self.ray.exceptions.TaskCancelledError:
-            return Outcome("", "cancelled by the batch (Ctrl-C)", None, False)
+            return ProcessResult("", "cancelled by the batch (Ctrl-C)", None, False)
         except self.ray.exceptions.RayError as exc:
-            return Outcome("", f"the Ray task failed: {exc}", None, False)
+            return ProcessResult("", f"the Ray task failed: {exc}", None, False)
 
     def interrupt(self, reference) -> None:
         self.ray.cancel(reference)  # KeyboardInterrupt in the task: the run saves its state
@@ -378,7 +378,7 @@ class RayCluster:
         self.ray.shutdown()
 
 
-def run_on_node(objective: str, option_env: dict, timeout_s: float | None, resume: str | None = None) -> Outcome:
+def run_on_node(objective: str, option_env: dict, timeout_s: float | None, resume: str | None = None) -> ProcessResult:
     """A Ray task: the objective runs with the node's own environment plus the batch's run options."""
     return run_objective(objective, {**os.environ, **option_env}, timeout_s, resume=resume)
 
@@ -391,8 +391,8 @@ def _option_flags(env: dict) -> list[str]:
         if value is None or option.name in ("unattended",):
             continue
         if option.boolean:
-            if option.name == "critic":
-                flags.append("--critic" if value == "true" else "--no-critic")
+            if option.negatable:
+                flags.append(option.flag if value == "true" else f"--no-{option.flag[2:]}")
             elif value == "true":
                 flags.append(option.flag)
         else:

@@ -27,21 +27,45 @@ COMMAND_HELP = {
 }
 
 
+class Parser(argparse.ArgumentParser):
+    """Whole option names only (`--max-step` is an error, not `--max-steps`), and an unknown option is told the
+    closest known one. Subcommands' parsers are of this class too."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def unknown(self, extras: list[str]) -> None:
+        import difflib
+
+        known = [name for action in self._actions for name in action.option_strings]
+        problems = []
+        for extra in extras:
+            name = extra.split("=", 1)[0]
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.6) if name.startswith("-") else []
+            problems.append(f"{extra} (did you mean {close[0]}?)" if close else extra)
+        what = "option" if len(extras) == 1 and extras[0].startswith("-") else "arguments"
+        self.error(f"unknown {what}: {', '.join(problems)} — "
+                   f"`{self.prog} --help` lists them")
+
+
 def _add_run_options(parser: argparse.ArgumentParser, with_json: bool = True) -> None:
     group = parser.add_argument_group("options (each also an environment variable; flag > env > ./.env > default)")
     for option in OPTIONS:
         env = ", ".join(option.env_names)
+        if option.negated_alias:
+            env += f"; {option.negated_alias}=false means the same, as in MiniAGI"
+            env = env.replace(f", {option.negated_alias};", ";")
+        default = f" (default: {option.default_text})" if option.default_text and not option.boolean else ""
         if option.boolean:
-            names = [option.flag] + (["-y"] if option.name == "yes" else [])
-            if option.name == "critic":
-                group.add_argument(*names, dest=option.name, action=argparse.BooleanOptionalAction, default=None,
-                                   help=f"{option.help} [{env}]")
-            else:
-                group.add_argument(*names, dest=option.name, action="store_const", const=True, default=None,
-                                   help=f"{option.help} [{env}]")
+            action = argparse.BooleanOptionalAction if option.negatable else "store_const"
+            extra = {} if option.negatable else {"const": True}
+            group.add_argument(*option.flags, dest=option.name, action=action, default=None,
+                               help=f"{option.help} [{env}]", **extra)
         else:
-            group.add_argument(option.flag, dest=option.name, metavar=option.metavar, default=None,
-                               action="append" if option.repeatable else "store", help=f"{option.help} [{env}]")
+            group.add_argument(*option.flags, dest=option.name, metavar=option.metavar, default=None,
+                               action="append" if option.repeatable else "store",
+                               help=f"{option.help}{default} [{env}]")
     if with_json:
         parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
 
@@ -54,7 +78,7 @@ def _add_follow_options(parser: argparse.ArgumentParser, what: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="miniagi",
         description="An autonomous agent: give it an objective, it works in short steps until done.",
         epilog='Examples:  miniagi "Find the largest file in this folder"   ·   miniagi run --help (all options)'
@@ -129,7 +153,8 @@ def build_parser() -> argparse.ArgumentParser:
     memory = commands.add_parser("memory", help=COMMAND_HELP["memory"], description=COMMAND_HELP["memory"])
     memory.add_argument("action", choices=("search", "stats", "clear"))
     memory.add_argument("query", nargs="*", help="what to look for (search)")
-    memory.add_argument("--limit", type=int, default=10, help="how many results (search)")
+    memory.add_argument("--limit", type=int, default=10, help="at most this many results (search; default 10)")
+    memory.add_argument("--all", action="store_true", help="also show results below the relevance cut-off (search)")
     memory.add_argument("--run", default=None, help="only this run's memories (search, clear)")
     memory.add_argument("--json", action="store_true", help="print JSON")
     memory.add_argument("--home", default=None, help="where the memory lives [MINIAGI_HOME]")
@@ -138,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     memory.add_argument("--memory-url", dest="memory_url", default=None,
                         help="a chromadb server holding the memory [MINIAGI_MEMORY_URL]")
     memory.add_argument("-y", "--yes", action="store_true", help="clear without asking (clear)")
+    parser.commands = commands.choices  # each subcommand's own parser, for its own usage errors
     return parser
 
 
@@ -324,20 +350,38 @@ def _memory_action(args: argparse.Namespace, vectors, settings, where, redact) -
         query = " ".join(args.query).strip()
         if not query:
             raise ConfigError('memory search needs a query: miniagi memory search "what to look for"')
-        print_memory_hits(vectors.search(query, max(1, args.limit), where=where), as_json=args.json, redact=redact)
+        hits = vectors.search(query, max(1, args.limit), where=where)
+        cut = getattr(vectors.embedder, "relevant_distance", None)
+        relevant = [hit for hit in hits if args.all or cut is None or hit.distance <= cut]
+        print_memory_hits(relevant, as_json=args.json, redact=redact, left_out=len(hits) - len(relevant))
     elif args.action == "stats":
         print_memory_stats(vectors.stats(), as_json=args.json)
     else:
-        if not args.yes and not args.run and sys.stdin is not None and sys.stdin.isatty():
-            answer = input(f"Delete ALL {vectors.stats()['items']} memories in {settings.memory_url or settings.home_path}"
-                           " (every run's)? [y/N] ")
-            if answer.strip().lower() not in ("y", "yes"):
-                print("nothing was deleted")
-                return 1
-        removed = vectors.delete(where)
-        print(json.dumps({"removed": removed}) if args.json else
-              f"removed {removed} memories{f' of run {args.run}' if args.run else ''}")
+        _clear_memory(args, vectors, settings, where)
     return 0
+
+
+def _clear_memory(args: argparse.Namespace, vectors, settings, where) -> None:
+    """Deleting memories is never done unasked: a terminal asks, anything else needs --yes."""
+    from .ui import plural
+
+    count = vectors.count(where)
+    what = f"the {count} memories of run {args.run}" if args.run else f"ALL {count} memories (every run's)"
+    place = settings.memory_url or settings.home_path / "memory"
+    if args.run and not count:
+        raise ConfigError(f"no memories of run {args.run!r} in {place}: `miniagi memory stats` shows how many "
+                          "runs it holds, `miniagi runs` lists the runs")
+    if count and not args.yes:
+        if sys.stdin is None or not sys.stdin.isatty():
+            raise ConfigError(f"memory clear would delete {what} in {place}; without a terminal to ask in, "
+                              "confirm with --yes")
+        answer = input(f"Delete {what} in {place}? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            print("nothing was deleted")
+            raise SystemExit(1)
+    removed = vectors.delete(where) if count else 0
+    print(json.dumps({"removed": removed}) if args.json else
+          f"removed {plural(removed, 'memory', 'memories')}{f' of run {args.run}' if args.run else ''}")
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
@@ -392,10 +436,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if argv[0] not in HANDLERS and argv[0] not in ("-h", "--help", "--version"):
         argv.insert(0, "run")  # the default command: `miniagi "objective"`
+    extras: list[str] = []
     try:
-        args = parser.parse_args(argv)  # a usage error prints the usage and one line, and exits 2
+        # a usage error prints the usage and one line, and exits 2
+        args, extras = parser.parse_known_args(argv)
+        if extras:
+            parser.commands[args.command].unknown(extras)
     except SystemExit as stop:
-        if stop.code == 2 and argv[0] in HANDLERS and argv[0] != "run":
+        mistyped = bool(extras) and extras[0].startswith("-")  # an option (and its value), not an objective
+        if stop.code == 2 and argv[0] in HANDLERS and argv[0] != "run" and not mistyped:
             _objective_hint(argv)
         raise
     try:
@@ -415,8 +464,18 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except OSError as error:  # the home or the disk: unwritable, full, a file where a folder should be
         where = f" {error.filename}" if error.filename else ""
-        print(f"miniagi: cannot use{where}: {error.strerror or error}", file=sys.stderr)
+        print(f"miniagi: cannot use{where}: {error.strerror or error}{_home_hint(args, error)}", file=sys.stderr)
         return 2 if error.errno in UNUSABLE_PLACE else 1  # else: the disk (full, failing)
+
+
+def _home_hint(args: argparse.Namespace, error: OSError) -> str:
+    """When the place that cannot be used is the home, say how to choose another."""
+    home = getattr(args, "home", None) or os.environ.get("MINIAGI_HOME") or "~/.miniagi"
+    home_path = os.path.realpath(os.path.expanduser(home))
+    filename = os.path.realpath(str(error.filename)) if error.filename else ""
+    if error.errno not in UNUSABLE_PLACE or not (filename == home_path or filename.startswith(home_path + os.sep)):
+        return ""
+    return f" (runs and memory live in {home_path}: give --home DIR or set MINIAGI_HOME to a writable folder)"
 
 
 def _objective_hint(argv: list[str]) -> None:

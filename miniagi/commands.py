@@ -1,13 +1,20 @@
-"""The commands the model can use: plain functions registered in one table.
+"""The commands the model can use: one typed Python function each, registered in one table.
 
-The system prompt's command list, the tools protocol's schemas and the functions code can call are generated from
-COMMANDS, so adding a command is writing one function. A command acts through the narrow `Workspace` protocol
-below (never on the agent itself) and returns its observation as text, or an `Outcome` when it also leaves notes,
-memories, data or the final answer, which the loop applies.
+A command is a function `name(workspace, parameter: type, …)` with a docstring. Everything the model sees of it is
+generated from that one definition: the tags help (where the arguments are joined with "|"), the tools and json
+schemas (one typed property per parameter), and, for the commands marked `python`, a function of the same
+signature inside execute_python. Adding a command is writing one function. The docstring's first paragraph says
+what the command does; a later line `parameter: text` describes that parameter for the schemas.
+
+A command acts through the narrow `Workspace` protocol below (never on the agent itself) and returns its
+observation as text, or an `Outcome` when it also leaves notes, memories, data or the final answer, which the loop
+applies.
 """
 
 from __future__ import annotations
 
+import inspect
+import json
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -29,6 +36,9 @@ MAX_PROCESS_CHARS = 2_000_000  # what one process_data reads of a source (~70 su
 INGEST_BATCH = 128  # parts embedded and stored at a time, so a large source is never held embedded in memory
 INGEST_SUMMARY_TOKENS = 150
 SEARCH_RESULTS = 5
+# a parameter's annotation → its JSON schema (the types a command's parameters may have)
+SCHEMAS = {"str": {"type": "string"}, "list[str]": {"type": "array", "items": {"type": "string"}}}
+_ITEM = re.compile(r"\S*[./:\d]\S*")  # a list item in the text form: a path, a URL, a result number
 
 
 @dataclass
@@ -48,7 +58,9 @@ class Outcome:
     notes: list[str] = field(default_factory=list)  # kept in the agent's context for the run, and in memory
     memories: list[Memory] = field(default_factory=list)  # stored in the vector memory
     answer: str | None = None  # the run's final answer: the run ends (after the critic's check)
-    data: list | None = None  # structured results for Python code that called the command (web_search's)
+    data: list | dict | None = None  # the value Python code that called the command gets (web_search's results)
+    hint: str = ""  # what to do with the result, said once at the end of the step's observation however many
+    #                 calls of the step gave it
 
 
 class DocumentShelf(Protocol):
@@ -66,7 +78,7 @@ class Workspace(Protocol):
     workdir: Path
     counter: TokenCounter  # the summarizer model's tokens
     chunk_budget: int  # what one summarizer call may read
-    answer_tokens: int  # one answer drawn from a source
+    answer_tokens: int  # one answer drawn from a source, or one source's full text shown by ingest_data
     documents: DocumentShelf | None  # None when vector memory is off
     last_search: list[SearchResult]
 
@@ -86,72 +98,150 @@ class Workspace(Protocol):
 
 
 @dataclass(frozen=True)
-class Command:
+class Parameter:
     name: str
-    arg: str  # what the argument is, as the prompt tells the model
-    doc: str  # what the command does and what comes back
-    run: Callable[[Workspace, str], "str | Outcome"]
-    needs_approval: bool = False  # runs code on the user's machine: ask first unless -y
-    python: tuple[str, ...] = ()  # callable from execute_python as a function of these parameters ("|"-joined)
-    returns: str = "str"  # what the function returns, as its signature says
-
-    def signature(self) -> str:
-        return f"{self.name}({', '.join(self.python)}) -> {self.returns}"
+    type: str  # its annotation, a key of SCHEMAS
+    doc: str = ""
 
     @property
-    def summary(self) -> str:
-        """The doc's first sentence (a Python function's docstring, the prompt's list of functions)."""
-        return self.doc.split(". ")[0].rstrip(".") + "."
+    def is_list(self) -> bool:
+        return self.type.startswith("list[")
 
-    def __call__(self, workspace: Workspace, arg: str) -> Outcome:
-        result = self.run(workspace, arg)
+    def schema(self) -> dict:
+        return dict(SCHEMAS[self.type], **({"description": self.doc} if self.doc else {}))
+
+    def placeholder(self) -> str:
+        """How the tags help names it: QUESTION, or SOURCE[|…] for a list (more may follow, each after a |)."""
+        return f"{self.name.upper().removesuffix('S')}[|…]" if self.is_list else self.name.upper()
+
+    def value(self, given) -> str | list[str]:
+        """A value from a JSON reply, as this parameter's type (a lone string for a list, a number for a text)."""
+        if self.is_list:
+            items = given if isinstance(given, list) else [given]
+            return [item.strip() if isinstance(item, str) else _as_text(item) for item in items]
+        return given.strip() if isinstance(given, str) else _as_text(given)
+
+
+def _as_text(value) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    doc: str  # what it does and what comes back: the docstring's first paragraph
+    parameters: tuple[Parameter, ...]
+    run: Callable[..., "str | Outcome"]
+    needs_approval: bool = False  # runs code on the user's machine: ask first unless -y
+    python: bool = False  # a function inside execute_python too
+    action: bool = True  # offered to the model as an action (False: a function inside execute_python only)
+    returns: str = "str"  # what its Python function returns
+
+    def signature(self, returns: bool = True) -> str:
+        """As Python shows it: process_data(question: str, sources: list[str]) -> str."""
+        arguments = ", ".join(f"{p.name}: {p.type}" for p in self.parameters)
+        return f"{self.name}({arguments})" + (f" -> {self.returns}" if returns else "")
+
+    def schema(self) -> dict:
+        """Its arguments as a JSON schema: one typed property per parameter, all required."""
+        return {"type": "object", "properties": {p.name: p.schema() for p in self.parameters},
+                "required": [p.name for p in self.parameters], "additionalProperties": False}
+
+    # --- the text form: the tags format's argument, and what a trace records --------------------------------------
+    def text(self, args: dict) -> str:
+        """The arguments as one text, joined with "|" (a list's items each after its own |)."""
+        parts = []
+        for parameter in self.parameters:
+            value = args.get(parameter.name)
+            if value is not None:
+                parts.extend(value if isinstance(value, list) else [value])
+        return "|".join(parts)
+
+    def parse(self, text: str) -> dict:
+        """The arguments of a text form. One parameter takes the whole text. Several are split at "|": a closing
+        list takes the trailing parts that look like paths, URLs or result numbers (at least the last part), and
+        the first parameter takes whatever is left over, so it may itself contain a "|"."""
+        text = text.strip()
+        if not text or not self.parameters:
+            return {}
+        if len(self.parameters) == 1:
+            return {self.parameters[0].name: self.parameters[0].value(text)}
+        parts = [part.strip() for part in text.split("|")]
+        *leading, last = self.parameters
+        tail: list[str] = []
+        if len(parts) > len(leading):
+            tail.append(parts.pop())
+            while last.is_list and len(parts) > len(leading) and _ITEM.fullmatch(parts[-1]):
+                tail.insert(0, parts.pop())
+        extra = max(0, len(parts) - len(leading))
+        values = ["|".join(parts[:extra + 1]), *parts[extra + 1:]]
+        args = {p.name: value for p, value in zip(leading, values) if value}
+        if tail:
+            args[last.name] = tail if last.is_list else tail[0]
+        return args
+
+    def arguments(self, values) -> dict:
+        """The arguments from a JSON reply, leniently: under their own names; or, when none is, the text form
+        under "arg" (the older json format) or in the only value given, whatever its name."""
+        if not isinstance(values, dict):
+            return self.parse(values if isinstance(values, str) else _as_text(values))
+        names = {p.name for p in self.parameters}
+        if not names & values.keys():
+            loose = values.get("arg", next(iter(values.values())) if len(values) == 1 else None)
+            if loose is not None:
+                return self.parse(loose if isinstance(loose, str) else _as_text(loose))
+        return {p.name: p.value(values[p.name]) for p in self.parameters if values.get(p.name) not in (None, "", [])}
+
+    def missing(self, args: dict) -> list[str]:
+        return [p.name for p in self.parameters if not args.get(p.name)]
+
+    def __call__(self, workspace: Workspace, args: dict) -> Outcome:
+        result = self.run(workspace, **{p.name: args[p.name] for p in self.parameters})
         return result if isinstance(result, Outcome) else Outcome(observation=result)
 
 
 COMMANDS: dict[str, Command] = {}
 
 
-def command(name: str, arg: str, doc: str, needs_approval: bool = False, python: tuple[str, ...] = (),
-            returns: str = "str"):
-    def register(function: Callable[[Workspace, str], "str | Outcome"]):
-        COMMANDS[name] = Command(name, arg, doc, function, needs_approval, python, returns)
+def command(needs_approval: bool = False, python: bool = False, action: bool = True, returns: str = "str"):
+    """Register a function as a command: its name, typed parameters (after the workspace) and docstring are the
+    command's whole description."""
+
+    def register(function: Callable[..., "str | Outcome"]):
+        parameters = list(inspect.signature(function).parameters.values())[1:]  # after the workspace
+        doc = inspect.cleandoc(function.__doc__ or "")
+        summary, _, rest = doc.partition("\n\n")
+        described = dict(re.findall(r"^(\w+): (.+)$", rest, re.M))
+        types = [p.annotation if isinstance(p.annotation, str) else inspect.formatannotation(p.annotation)
+                 for p in parameters]
+        for parameter, kind in zip(parameters, types):
+            if kind not in SCHEMAS:
+                raise TypeError(f"{function.__name__}: parameter {parameter.name} needs one of the types "
+                                f"{', '.join(SCHEMAS)}, not {kind!r}")
+        COMMANDS[function.__name__] = Command(
+            function.__name__, " ".join(summary.split()),
+            tuple(Parameter(p.name, kind, described.get(p.name, "")) for p, kind in zip(parameters, types)), function,
+            needs_approval=needs_approval, python=python or not action, action=action, returns=returns)
         return function
 
     return register
 
 
+def actions() -> list[Command]:
+    """The commands the model may reply with."""
+    return [c for c in COMMANDS.values() if c.action]
+
+
 def python_tools() -> list[dict]:
-    """The commands code can call from execute_python, for the Python worker."""
-    return [{"name": c.name, "params": list(c.python), "join": "|", "doc": c.summary}
-            for c in COMMANDS.values() if c.python]
+    """The commands code can call from execute_python, for the Python worker: name, typed parameters, return
+    type and what it does."""
+    return [{"name": c.name, "params": [[p.name, p.type] for p in c.parameters], "returns": c.returns,
+             "doc": c.doc} for c in COMMANDS.values() if c.python]
 
 
 def code_commands() -> frozenset[str]:
     """Commands whose argument is code run on the user's machine."""
     return frozenset(c.name for c in COMMANDS.values() if c.needs_approval)
-
-
-@command("memorize_thoughts", "free text",
-         "Keep a note (a plan, a fact, an intermediate result) that stays in your memory for the rest of the run.",
-         python=("text",))
-def memorize_thoughts(workspace: Workspace, text: str) -> Outcome:
-    return Outcome("Noted: it is in your memory now.", notes=[text])
-
-
-@command("execute_python", "Python source (no fence needed)",
-         "Run Python in a persistent session, like a notebook: variables, imports and functions stay defined "
-         "for later steps. You see stdout, stderr, the traceback on error and the value of a trailing expression.",
-         needs_approval=True)
-def execute_python(workspace: Workspace, code: str) -> str:
-    return workspace.run_python(code)
-
-
-@command("execute_shell", "one shell command line",
-         "Run a shell command in the working directory, with no input available (interactive programs fail). "
-         "You see its exit code and output. Background jobs stop when the command ends: start a long-running "
-         "server from execute_python with subprocess.Popen.", needs_approval=True)
-def execute_shell(workspace: Workspace, command_line: str) -> str:
-    return workspace.run_shell(command_line)
 
 
 def untrusted(label: str, text: str) -> str:
@@ -161,10 +251,43 @@ def untrusted(label: str, text: str) -> str:
     return fence_untrusted(label, text)
 
 
-@command("web_search", "keywords",
-         "Search the web. You get the top results, numbered, each with title, URL and snippet.",
-         python=("query",), returns="list of results with .title, .url, .snippet")
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
+RECALL_HINT = ("Later steps recall the stored parts relevant to them; for a precise question over a whole source, use "
+               "process_data.")
+
+
+@command(python=True)
+def memorize_thoughts(workspace: Workspace, text: str) -> Outcome:
+    """Keep a note (a plan, a fact, a result): it stays in view for the rest of the run."""
+    return Outcome("Noted: it is in your memory now.", notes=[text])
+
+
+@command(needs_approval=True)
+def execute_python(workspace: Workspace, code: str) -> str:
+    """Run Python in a persistent session (variables, imports and functions stay); you see the output, a traceback
+    on error and the value of a trailing expression.
+
+    code: Python source (no fence needed)
+    """
+    return workspace.run_python(code)
+
+
+@command(needs_approval=True)
+def execute_shell(workspace: Workspace, command_line: str) -> str:
+    """Run one shell command line in the working directory, with no input; you see its exit code and output. Start
+    servers from execute_python with subprocess.Popen."""
+    return workspace.run_shell(command_line)
+
+
+@command(python=True, returns="list[SearchResult]")
 def web_search(workspace: Workspace, query: str) -> str | Outcome:
+    """Search the web: numbered results with title, URL and snippet.
+
+    query: keywords
+    """
     try:
         results = workspace.search(query, SEARCH_RESULTS)
     except SearchUnavailable as exc:
@@ -174,13 +297,13 @@ def web_search(workspace: Workspace, query: str) -> str | Outcome:
         return f"No results for {query!r}. Try other keywords."
     workspace.last_search = results
     listing = "\n".join(f"[{i}] {r.title}\n    {r.url}\n    {r.snippet}" for i, r in enumerate(results, start=1))
-    observation = (untrusted(f"web search results for {query!r}", listing)
-                   + "\nTo read a result: ingest_data with its URL or number (ingest_data 2), or process_data "
-                     "QUESTION|URL.")
     # results go to memory, so a later step can find a URL seen earlier
-    return Outcome(observation, data=[{"title": r.title, "url": r.url, "snippet": r.snippet} for r in results],
-                   memories=[Memory("search", f"Web search result for {query!r}: {r.title}\n{r.url}\n"
-                                                           f"{r.snippet}", str(i)) for i, r in enumerate(results)])
+    return Outcome(untrusted(f"web search results for {query!r}", listing),
+                   data=[{"title": r.title, "url": r.url, "snippet": r.snippet} for r in results],
+                   memories=[Memory("search", f"Web search result for {query!r}: {r.title}\n{r.url}\n{r.snippet}",
+                                    str(i)) for i, r in enumerate(results)],
+                   hint="To read a result: ingest_data with its URL or number, or process_data with a question "
+                        "and its URL.")
 
 
 def _source_spec(workspace: Workspace, spec: str) -> str:
@@ -191,17 +314,19 @@ def _source_spec(workspace: Workspace, spec: str) -> str:
     return spec.strip()
 
 
-@command("ingest_data", "a file path or http(s) URL (or the number of a web_search result)",
-         "Read a file (text, Markdown, CSV, JSON, HTML, code, PDF) or web page into your long-term memory, where "
-         "later steps recall the parts they need. You get a short summary and how much was stored.",
-         python=("source",))
-def ingest_data(workspace: Workspace, source: str) -> str:
+@command(python=True)
+def ingest_data(workspace: Workspace, source: str) -> str | Outcome:
+    """Read a file (text, HTML, PDF, CSV, code…) or web page: its full text when short, else a summary; all of it
+    is stored in memory for later steps to recall.
+
+    source: a file path, an http(s) URL or the number of a web_search result
+    """
     from memory.condense import condense, split_by_tokens
 
     shelf = workspace.documents
     if shelf is None:
-        return ("ingest_data stores into vector memory, which is off for this run (--memory-scope off). Use "
-                "process_data QUESTION|SOURCE to ask about the source instead.")
+        return ("ingest_data stores into vector memory, which is off for this run (--memory-scope off). Ask about "
+                "the source with process_data, or read it with read(source) inside execute_python.")
     source = _source_spec(workspace, source)
     try:
         document = workspace.read(source)
@@ -221,56 +346,53 @@ def ingest_data(workspace: Workspace, source: str) -> str:
         shelf.store(key, document.title or source, chunks[start:start + INGEST_BATCH], start, len(chunks))
         if len(chunks) > INGEST_BATCH:
             workspace.progress(f"stored {min(start + INGEST_BATCH, len(chunks)):,} of {len(chunks):,} parts")
-    first_part = "".join(split_by_tokens(text[:workspace.chunk_budget * 16], counter, workspace.chunk_budget)[:3])
-    summary = condense(first_part, workspace.summarize, counter, INGEST_SUMMARY_TOKENS,
-                       chunk_tokens=workspace.chunk_budget)
-    stored = (f"Stored {len(chunks)} parts ({counter.count(text):,} tokens) in memory"
-              + (f", replacing the {replaced} parts stored before" if replaced else "")
+    tokens = counter.count(text)
+    stored = (f"Stored {plural(len(chunks), 'part')} ({tokens:,} tokens) in memory"
+              + (f", replacing the {plural(replaced, 'part')} stored before" if replaced else "")
               + (f"; the source holds {total_chars:,} characters and only the first {len(text):,} were "
-                 "stored (split it to store the rest)" if total_chars > len(text) else "")
-              + ". Later steps recall the parts relevant to them; for a precise question over the whole source, "
-                "use process_data.")
-    about = "Summary" if len(first_part) >= total_chars else "Summary of its beginning"
-    return f"{document.header()}\n{stored}\n{about}:\n" + untrusted(f"summary of {source}", summary)
+                 "stored (split it to store the rest)" if total_chars > len(text) else "") + ".")
+    if tokens <= workspace.answer_tokens and total_chars == len(text):  # short: the text itself, not a summary
+        about, body = "Full text", text
+    else:
+        first_part = "".join(split_by_tokens(text[:workspace.chunk_budget * 16], counter,
+                                             workspace.chunk_budget)[:3])
+        about = "Summary" if len(first_part) >= total_chars else "Summary of its beginning"
+        body = condense(first_part, workspace.summarize, counter, INGEST_SUMMARY_TOKENS,
+                        chunk_tokens=workspace.chunk_budget)
+    return Outcome(f"{document.header()}\n{stored}\n{about}:\n" + untrusted(f"{about.lower()} of {source}", body),
+                   hint=RECALL_HINT)
 
 
-def split_process_argument(workspace: Workspace, arg: str) -> tuple[str, list[str]]:
-    """"PROMPT|SOURCE[|SOURCE…]": sources are taken from the end while they look like sources, so a prompt may
-    itself contain "|"."""
-    parts = [part.strip() for part in arg.split("|")]
-    sources: list[str] = []
-    while len(parts) > 1 and _looks_like_source(workspace, parts[-1]):
-        sources.insert(0, _source_spec(workspace, parts.pop()))
-    prompt = "|".join(parts).strip()
-    if not sources or not prompt:
-        raise SourceError(
-            "process_data takes PROMPT|SOURCE: the question, a | and a file path or http(s) URL (several sources "
-            "may follow, each after its own |). Examples: 'List the authors|paper.pdf' or "
-            "'Compare the prices|https://example.com/a|offers.csv'.")
-    return prompt, sources
+@command(action=False)
+def read(workspace: Workspace, source: str) -> str | Outcome:
+    """The readable text of a file or web page, read as ingest_data reads it (printed, it shows as data)."""
+    source = _source_spec(workspace, source)
+    try:
+        document = workspace.read(source)
+    except SourceError as exc:
+        return f"Could not read the source: {exc}"
+    text = document.text[:MAX_INGEST_CHARS]
+    fenced = untrusted(f"text of {source}", text)
+    head, _, rest = fenced.partition("\n")
+    body, _, tail = rest.rpartition("\n")
+    cut = (f" (the first {len(text):,} of its {len(document.text):,} characters)"
+           if len(document.text) > len(text) else "")
+    # the code gets the text; printed, it shows between the fence's lines (see the worker's SourceText)
+    return Outcome(f"Read {len(text):,} characters of {source}{cut}.",
+                   data={"text": body, "fence": [head + "\n", "\n" + tail]})
 
 
-def _looks_like_source(workspace: Workspace, text: str) -> bool:
-    if is_url(text) or re.fullmatch(r"[\[#]?\d{1,2}\]?", text) and workspace.last_search:
-        return True
-    path = Path(text).expanduser()
-    return bool(text) and ((workspace.workdir / path).exists()
-                           or bool(re.fullmatch(r"[^\s|]+\.[A-Za-z0-9]{1,5}", text)))
+@command(python=True)
+def process_data(workspace: Workspace, question: str, sources: list[str]) -> str:
+    """Answer a question over the WHOLE of files or web pages, however long: every part is read.
 
-
-@command("process_data", "PROMPT|SOURCE — a question, a |, then a file path or URL (more sources may follow, "
-         "each after a |)",
-         "Answer a question over the WHOLE of a file or web page, however long: every part is read, so nothing on "
-         "page 40 is missed. You get the answer.", python=("prompt", "source"))
-def process_data(workspace: Workspace, request: str) -> str:
+    question: what to find out
+    sources: file paths, http(s) URLs or numbers of web_search results
+    """
     from memory.condense import QUESTION_MERGE_PROMPT, answer_over
 
-    try:
-        prompt, sources = split_process_argument(workspace, request)
-    except SourceError as exc:
-        return str(exc)
     answers, problems = [], []
-    for source in sources:
+    for source in (_source_spec(workspace, s) for s in sources):
         try:
             document = workspace.read(source)
         except SourceError as exc:
@@ -280,7 +402,7 @@ def process_data(workspace: Workspace, request: str) -> str:
         if len(document.text) > len(text):
             problems.append(f"{source} holds {len(document.text):,} characters; only the first {len(text):,} were "
                             "read (split it, or ask about a part, to read the rest).")
-        answer = answer_over(prompt, f"{document.header()}\n\n{text}", source, workspace.summarize,
+        answer = answer_over(question, f"{document.header()}\n\n{text}", source, workspace.summarize,
                              workspace.counter, target_tokens=workspace.answer_tokens,
                              chunk_tokens=workspace.chunk_budget,
                              progress=lambda done, total: workspace.progress(f"read part {done} of {total} of {source}"))
@@ -289,7 +411,7 @@ def process_data(workspace: Workspace, request: str) -> str:
     if len(found) > 1:
         combined = "\n\n".join(f"[from {source}]\n{answer}" for source, answer in found)
         final = workspace.summarize(QUESTION_MERGE_PROMPT.format(words=int(workspace.answer_tokens * 0.7),
-                                                                 question=prompt, text=combined)).strip()
+                                                                 question=question, text=combined)).strip()
     elif found:
         final = found[0][1]
     else:
@@ -297,19 +419,19 @@ def process_data(workspace: Workspace, request: str) -> str:
     parts = problems[:]
     if answers:
         body = final or "The source holds nothing that answers this question."
-        parts.append(f"Answer to {prompt!r}, read over all of {', '.join(s for s, _ in answers)}:\n"
-                     + untrusted(f"answer drawn from {', '.join(s for s, _ in answers)}", body))
+        read_over = ", ".join(s for s, _ in answers)
+        parts.append(f"Answer to {question!r}, read over all of {read_over}:\n"
+                     + untrusted(f"answer drawn from {read_over}", body))
     return "\n\n".join(parts)
 
 
-@command("talk_to_user", "a message or question",
-         "Tell the user something or ask them a question; their reply comes back. Use it only when you cannot "
-         "go on without them.", python=("message",))
+@command(python=True)
 def talk_to_user(workspace: Workspace, message: str) -> str:
+    """Ask or tell the user something; their reply comes back. Only when you cannot go on without them."""
     return workspace.ask_user(message)
 
 
-@command("done", "the final answer",
-         "Finish: the argument is the final answer, all the user will see, so make it complete.")
+@command()
 def done(workspace: Workspace, answer: str) -> Outcome:
+    """Finish: the answer is all the user sees, so make it complete."""
     return Outcome(answer=answer)

@@ -1,7 +1,7 @@
 """Settings: every option of `miniagi run`, resolved flag > environment > .env > default.
 
-The option table below is the single place an option is declared; the CLI flags, the environment variable
-names and the MiniAGI aliases are all generated from it.
+Each option is declared once, on its Settings field (`option(...)`); the CLI flags, --help, the environment
+variable names, the MiniAGI aliases and the README's table are all generated from that declaration.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -66,9 +66,11 @@ def parse_memory_scope(text: str) -> str:
 
 
 def parse_protocol(text: str) -> str:
+    from .protocols import formats  # the reply formats: one module each in miniagi/protocols/
+
     value = str(text).strip().lower()
-    if value not in PROTOCOLS:
-        raise ValueError(f"{text!r} is not one of {', '.join(PROTOCOLS)}")
+    if value not in formats():
+        raise ValueError(f"{text!r} is not one of {', '.join(formats())}")
     return value
 
 
@@ -94,23 +96,34 @@ def parse_text(text: str) -> str:
     return value
 
 
-PROTOCOLS = ("tags", "tools", "json")  # how replies carry actions: see miniagi/protocols.py
-
-
 @dataclass(frozen=True)
 class Option:
-    name: str  # Settings field and batch/.jsonl key
+    """How one setting is given: its flag, environment names, parser and help. Declared once, on its Settings field
+    (see `option`); --help, the README's table, the environment, ./.env and batch keys are all read from it."""
+
     parse: Callable[[str], Any]
     help: str
+    default: Any = None
+    shown_default: str | None = None  # the default in words, where the value says too little ("the agent's")
     aliases: tuple[str, ...] = ()  # MiniAGI-style environment names
     negated_alias: str | None = None  # an alias whose truth value means the opposite (PROMPT_USER)
-    boolean: bool = False
     metavar: str | None = None
+    short: str | None = None  # a one-letter flag (-y)
+    negatable: bool = False  # a boolean that also has --no-NAME
     repeatable: bool = False  # the flag may be given several times; the environment variable is comma-separated
+    name: str = ""  # the Settings field, and the batch/.jsonl key: filled in from the field
+
+    @property
+    def boolean(self) -> bool:
+        return self.parse is parse_bool
 
     @property
     def flag(self) -> str:
         return "--" + self.name.replace("_", "-")
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        return ((self.short,) if self.short else ()) + (self.flag,)
 
     @property
     def env(self) -> str:
@@ -120,84 +133,78 @@ class Option:
     def env_names(self) -> tuple[str, ...]:
         return (self.env, *self.aliases) + ((self.negated_alias,) if self.negated_alias else ())
 
+    @property
+    def default_text(self) -> str:
+        """The default as --help and the README show it ("" when there is nothing worth saying)."""
+        if self.shown_default is not None:
+            return self.shown_default
+        if self.boolean:
+            return "on" if self.default else "off"
+        if self.default in (None, ()):
+            return ""
+        return f"{self.default:g}" if isinstance(self.default, float) else str(self.default)
 
-OPTIONS: tuple[Option, ...] = (
-    Option("model", parse_text, "model for the agent's actions", aliases=("MODEL",), metavar="M"),
-    Option("summarizer_model", parse_text, "model for summaries and process_data (default: the agent's model)",
-           aliases=("SUMMARIZER_MODEL",), metavar="M"),
-    Option("protocol", parse_protocol, "how the model states its action: tags (<r>…</r><c>…</c>, any model), tools "
-           "(native tool calls) or json (one JSON object, constrained where the endpoint can)", metavar="P"),
-    Option("temperature", parse_temperature, "sampling temperature sent with every request (0-2)", metavar="T"),
-    Option("critic", parse_bool, "enable the critic pass", aliases=("ENABLE_CRITIC",), boolean=True),
-    Option("critic_model", parse_text, "model for the critic (default: the agent's model)", metavar="M"),
-    Option("critic_every", parse_positive_int, "run the critic every N steps (and whenever a loop is detected)",
-           metavar="N"),
-    Option("max_steps", parse_positive_int, "step limit", metavar="N"),
-    Option("max_cost", parse_non_negative_float, "spending limit in USD (0: no limit)", metavar="USD"),
-    Option("max_context_tokens", parse_positive_int, "hard token budget for the whole prompt of one agent call",
-           aliases=("MAX_CONTEXT_SIZE",), metavar="N"),
-    Option("max_memory_item_tokens", parse_positive_int, "an observation larger than this is condensed",
-           aliases=("MAX_MEMORY_ITEM_SIZE",), metavar="N"),
-    Option("workdir", parse_text, "where code and shell commands run and files are written",
-           aliases=("WORK_DIR",), metavar="DIR"),
-    Option("home", parse_text, "where runs/ and the persistent memory live (default ~/.miniagi)", metavar="DIR"),
-    Option("exec_timeout", parse_positive_float, "time limit in seconds of one execute_python / execute_shell",
-           metavar="S"),
-    Option("pass_env", parse_names, "an environment variable executed code may see, besides the harmless ones it "
-           "always sees (PATH, LANG, LC_*, TERM, TZ, proxies); repeatable", metavar="NAME", repeatable=True),
-    Option("request_timeout", parse_positive_float, "give up on a model request that answers nothing for S seconds "
-           "(retried once, then the run stops, resumable)", metavar="S"),
-    Option("max_reply_tokens", parse_positive_int, "cap on the length of the agent's reply (a reply cut off there "
-           "is not run; the model is told to send a shorter one)", metavar="N"),
-    Option("read_timeout", parse_positive_float, "total time allowed to read one file or URL (ingest_data, "
-           "process_data)", metavar="S"),
-    Option("exec_memory", parse_positive_int, "memory limit in MB of each process that executed code starts",
-           metavar="MB"),
-    Option("yes", parse_bool, "run commands without asking for approval", negated_alias="PROMPT_USER",
-           boolean=True),
-    Option("unattended", parse_bool, "never wait for a person", boolean=True),
-    Option("debug", parse_bool, "print each full context and raw model response; keep full prompts in the trace",
-           aliases=("DEBUG",), boolean=True),
-    Option("memory_scope", parse_memory_scope, "what recall searches: workdir (the runs of this work directory), "
-           "global (all runs), run (this run only) or off (no vector memory)", metavar="SCOPE"),
-    Option("memory_url", parse_text, "a chromadb server (http://HOST:PORT, from `chroma run`) to keep the persistent "
-           "memory in, shared by every machine that points at it (default: $MINIAGI_HOME/memory)", metavar="URL"),
-    Option("embedding_model", parse_text, "embeddings for vector memory: local (offline MiniLM) or a model name "
-           "served by the endpoint's /embeddings", metavar="M"),
-    Option("prices", parse_text, "JSON file of model prices (USD per 1M tokens: {\"model\": [input, output]})",
-           metavar="FILE"),
-)
-OPTIONS_BY_NAME = {option.name: option for option in OPTIONS}
+
+def option(default: Any, parse: Callable[[str], Any], help: str, **how: Any) -> Any:
+    """A Settings field that is also a run option (flag, MINIAGI_* variable, .env entry, batch key)."""
+    return field(default=default, metadata={"option": Option(parse, help, default, **how)})
 
 
 @dataclass(frozen=True)
 class Settings:
-    model: str = "gpt-4o-mini"
-    summarizer_model: str | None = None
-    protocol: str = "tags"
-    temperature: float = 0.2
-    critic: bool = False
-    critic_model: str | None = None
-    critic_every: int = 5
-    max_steps: int = 50
-    max_cost: float = 2.0
-    max_context_tokens: int = 8000
-    max_memory_item_tokens: int = 1500
-    workdir: str = "."
-    home: str = "~/.miniagi"
-    exec_timeout: float = 120.0
-    exec_memory: int = 4096
-    pass_env: tuple[str, ...] = ()
-    request_timeout: float = 120.0
-    max_reply_tokens: int = 2000
-    read_timeout: float = 60.0
-    yes: bool = False
-    unattended: bool = False
-    debug: bool = False
-    memory_scope: str = "workdir"
-    memory_url: str | None = None
-    embedding_model: str = "local"
-    prices: str | None = None
+    model: str = option("gpt-4o-mini", parse_text, "model for the agent's actions", aliases=("MODEL",), metavar="M")
+    summarizer_model: str | None = option(
+        None, parse_text, "model for summaries and process_data", shown_default="the agent's",
+        aliases=("SUMMARIZER_MODEL",), metavar="M")
+    protocol: str = option(
+        "tags", parse_protocol, "how the model states its action: tags (<r>…</r><c>…</c>, any model), tools (native "
+        "tool calls) or json (one JSON object, constrained where the endpoint can)", metavar="P")
+    temperature: float = option(0.2, parse_temperature, "sampling temperature sent with every request, 0-2 (left out "
+                                "for a model that refuses it)", metavar="T")
+    critic: bool = option(False, parse_bool, "enable the critic pass", aliases=("ENABLE_CRITIC",), negatable=True)
+    critic_model: str | None = option(None, parse_text, "model for the critic", shown_default="the agent's",
+                                      metavar="M")
+    critic_every: int = option(5, parse_positive_int, "run the critic every N steps (and whenever a loop is "
+                               "detected)", metavar="N")
+    max_steps: int = option(50, parse_positive_int, "step limit (exit 3)", metavar="N")
+    max_cost: float = option(2.0, parse_non_negative_float, "spending limit in USD, 0 for none (exit 3)",
+                             metavar="USD")
+    max_context_tokens: int = option(8000, parse_positive_int, "hard token budget for the whole prompt of one agent "
+                                     "call", aliases=("MAX_CONTEXT_SIZE",), metavar="N")
+    max_memory_item_tokens: int = option(1500, parse_positive_int, "an observation larger than this is condensed",
+                                         aliases=("MAX_MEMORY_ITEM_SIZE",), metavar="N")
+    workdir: str = option(".", parse_text, "where code and shell commands run and files are written",
+                          aliases=("WORK_DIR",), metavar="DIR")
+    home: str = option("~/.miniagi", parse_text, "where runs/ and the persistent memory live", metavar="DIR")
+    exec_timeout: float = option(120.0, parse_positive_float, "time limit in seconds of one execute_python / "
+                                 "execute_shell", metavar="S")
+    exec_memory: int = option(4096, parse_positive_int, "memory limit in MB of each process that executed code "
+                              "starts", metavar="MB")
+    pass_env: tuple[str, ...] = option(
+        (), parse_names, "an environment variable executed code may see, besides the harmless ones it always sees "
+        "(PATH, LANG, LC_*, TERM, TZ, proxies); repeatable, comma-separated in the environment", metavar="NAME",
+        repeatable=True)
+    request_timeout: float = option(120.0, parse_positive_float, "give up on a model request that answers nothing "
+                                    "for S seconds (retried once, then the run stops, resumable)", metavar="S")
+    max_reply_tokens: int = option(2000, parse_positive_int, "cap on the length of the agent's reply (a reply cut off "
+                                   "there is not run; the model is told to send a shorter one)", metavar="N")
+    read_timeout: float = option(60.0, parse_positive_float, "total time allowed to read one file or URL "
+                                 "(ingest_data, process_data)", metavar="S")
+    yes: bool = option(False, parse_bool, "run commands without asking for approval", negated_alias="PROMPT_USER",
+                       short="-y")
+    unattended: bool = option(False, parse_bool, "never wait for a person (implied when stdin is not a terminal)")
+    debug: bool = option(False, parse_bool, "print each full context and raw model response; keep full prompts in "
+                         "the trace", aliases=("DEBUG",))
+    memory_scope: str = option("workdir", parse_memory_scope, "what recall searches: workdir (the runs of this work "
+                               "directory), global (all runs), run (this run only) or off (no vector memory)",
+                               metavar="SCOPE")
+    memory_url: str | None = option(None, parse_text, "a chromadb server (http://HOST:PORT, from `chroma run`) to keep "
+                                    "the persistent memory in, shared by every machine that points at it",
+                                    shown_default="$MINIAGI_HOME/memory", metavar="URL")
+    embedding_model: str = option("local", parse_text, "embeddings for vector memory: local (offline MiniLM) or a "
+                                  "model name served by the endpoint's /embeddings", metavar="M")
+    prices: str | None = option(None, parse_text, "JSON file of model prices (USD per 1M tokens: {\"model\": [input, "
+                                "output]})", metavar="FILE")
 
     @classmethod
     def from_environment(cls, **options: Any) -> "Settings":
@@ -240,6 +247,25 @@ class Settings:
                 raise ConfigError(f"unknown option {name!r}")
             parsed[name] = _parse(option, value, option.flag)
         return replace(self, **parsed)
+
+
+OPTIONS: tuple[Option, ...] = tuple(replace(f.metadata["option"], name=f.name) for f in fields(Settings))
+OPTIONS_BY_NAME = {option.name: option for option in OPTIONS}
+
+
+def options_table() -> str:
+    """The README's options table, in Markdown: made from the declarations, so it cannot drift from them."""
+    rows = ["| option | environment | default | meaning |", "|---|---|---|---|"]
+    for opt in OPTIONS:
+        flags = ", ".join(opt.flags) + (f" / --no-{opt.flag[2:]}" if opt.negatable else "")
+        flags += f" {opt.metavar}" if opt.metavar else ""
+        names = f"`{opt.env}`"
+        extra = [f"`{a}`" for a in opt.aliases] + ([f"`{opt.negated_alias}=false`"] if opt.negated_alias else [])
+        if extra:
+            names += f" ({', '.join(extra)})"
+        default = opt.shown_default or (f"`{opt.default_text}`" if opt.default_text else "")
+        rows.append(f"| `{flags}` | {names} | {default} | {opt.help.replace('|', '/')} |")
+    return "\n".join(rows) + "\n"
 
 
 def _parse(option: Option, value: Any, source: str) -> Any:
@@ -299,6 +325,25 @@ def _parse_dotenv(path: str, modified: int) -> tuple[tuple[str, str], ...]:
     return tuple((k, v) for k, v in values.items() if v is not None)
 
 
+# MiniAGI settings that miniagi does not use, and why: said once, so a MiniAGI .env does not seem to be obeyed
+IGNORED_MINIAGI_NAMES = {
+    "SUMMARIZER_CHUNK_SIZE": "chunks are sized from --max-context-tokens",
+    "CLEAR_DB_ON_START": "memory is never cleared at start; `miniagi memory clear` does it",
+    "MEMORY_BACKEND": "memory is chromadb, local or a server given by --memory-url",
+    "PINECONE_API_KEY": "memory is chromadb, local or a server given by --memory-url",
+    "REDIS_HOST": "memory is chromadb, local or a server given by --memory-url",
+}
+_told: set[str] = set()
+
+
+def tell_ignored(layers: Mapping[str, str]) -> None:
+    """One line per MiniAGI setting found that miniagi ignores (once per process)."""
+    for name, why in IGNORED_MINIAGI_NAMES.items():
+        if name in layers and name not in _told:
+            _told.add(name)
+            print(f"miniagi: {name} (a MiniAGI setting) is ignored: {why}", file=sys.stderr)
+
+
 def resolve_settings(
     flags: Mapping[str, Any],
     environ: Mapping[str, str] | None = None,
@@ -307,6 +352,7 @@ def resolve_settings(
     """flag > environment > .env > default, for every option of the table."""
     environ = os.environ if environ is None else environ
     dotenv = read_dotenv() if dotenv is None else dotenv
+    tell_ignored({**dotenv, **environ})
     values: dict[str, Any] = {}
     for option in OPTIONS:
         flag_value = flags.get(option.name)

@@ -24,19 +24,20 @@ def print_runs(store: RunStore, status: str | None = None, as_json: bool = False
         console.print(f"no runs{f' with status {status}' if status else ''} under {store.root}")
         return
     if not console.is_terminal:  # a pipe or a file: one whole line per run, tab-separated, for grep and cut
-        print("id\tstatus\tsteps\tcost\tcached\tobjective")
+        print("id\tstarted\tstatus\tsteps\tcost\tcached\tobjective")
         for result in results:
-            print("\t".join([str(result.get("run_id", "?")), str(result.get("status", "?")), str(result.get("steps", 0)),
+            print("\t".join([str(result.get("run_id", "?")), started(result), str(result.get("status", "?")),
+                             str(result.get("steps", 0)),
                              f"${result.get('cost_usd', 0):.4f}", cache_rate(result),
                              " ".join(str(result.get("objective", "")).split())]))
         return
     table = Table(box=None, header_style="bold")
-    for column, justify in (("id", "left"), ("status", "left"), ("steps", "right"), ("cost", "right"),
+    for column, justify in (("id", "left"), ("started", "left"), ("status", "left"), ("steps", "right"), ("cost", "right"),
                             ("cached", "right"), ("objective", "left")):
         table.add_column(column, justify=justify, no_wrap=column != "objective", overflow="ellipsis")
     for result in results:
         state = result.get("status", "?")
-        table.add_row(result.get("run_id", "?"), Text(state, style=STATUS_STYLES.get(state, "red")),
+        table.add_row(result.get("run_id", "?"), started(result), Text(state, style=STATUS_STYLES.get(state, "red")),
                       str(result.get("steps", 0)), f"${result.get('cost_usd', 0):.4f}", cache_rate(result),
                       Text(" ".join(str(result.get("objective", "")).split())[:200]))
     console.print(table)
@@ -96,24 +97,41 @@ def print_run(record: RunRecord, raw: bool = False, as_json: bool = False) -> No
             console.print(Text(str(result["answer"])))
 
 
+def started(result: dict) -> str:
+    """When a run started, in local time to the minute."""
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(str(result.get("started_at")).replace("Z", "+00:00")).astimezone().strftime("%Y-%m-%d %H:%M")
+    except ValueError:
+        return "?"
+
+
 def cache_rate(result: dict) -> str:
     """The share of prompt tokens the endpoint served from its prompt cache."""
     prompt = result.get("prompt_tokens") or 0
     return f"{100 * (result.get('cached_prompt_tokens') or 0) / prompt:.0f}%" if prompt else "-"
 
 
-def print_memory_hits(hits, as_json: bool = False, redact=lambda text: text) -> None:
+def print_memory_hits(hits, as_json: bool = False, redact=lambda text: text, left_out: int = 0) -> None:
+    """Best match first, each with its similarity (1 - cosine distance) and where it comes from."""
     if as_json:
         print(json.dumps([{"id": h.id, "text": redact(h.text), "distance": round(h.distance, 4), **h.metadata}
                           for h in hits], ensure_ascii=False))
         return
     console = make_console()
     if not hits:
-        console.print("no memories found")
+        console.print("no relevant memories found")
     for hit in hits:
-        where = f"document {hit.metadata.get('source')}" if hit.kind == "document" else f"run {hit.run} step {hit.step}"
-        console.print(Text.assemble((f"{1 - hit.distance:.3f} ", "bold"), (f"{hit.kind} · {where}", "dim")))
+        if hit.kind == "document":
+            where = f"document {hit.metadata.get('source') or '?'}"
+        else:
+            where = f"{hit.kind} · run {hit.run}" + (f" step {hit.step}" if hit.step else "")
+        console.print(Text.assemble((f"similarity {1 - hit.distance:.2f}", "bold"), (f"  {where}", "dim")))
         console.print(Text(redact(hit.text[:500]) + ("…" if len(hit.text) > 500 else "")))
+    if left_out:
+        console.print(Text(f"({left_out} less relevant {'match' if left_out == 1 else 'matches'} left out: --all "
+                           "shows them)", "dim"))
 
 
 def print_memory_stats(stats: dict, as_json: bool = False) -> None:

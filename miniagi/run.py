@@ -8,6 +8,7 @@ shown in the terminal. Stopping is an exception (stops.py) mapped to the run's s
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import threading
@@ -24,11 +25,11 @@ from .config import ConfigError
 from .execution import cap_text
 from .loops import STOP_AFTER, WARN_AFTER
 from .model import Completion, ModelError, ModelUnavailable
-from .parser import Action, FormatError
-from .protocols import one_command_line
+from .protocols import Decision, MalformedReply, one_command_line
 from .runs import RunRecord, now_iso, process_identity
 from .redaction import redact_data
 from .state import RunState
+from .ui import plural
 from .stops import EXIT_CODES, Ending, LimitReached, Stop, Stuck, Submitted, TooManyFormatErrors, ending_for
 from .workspace import RunWorkspace
 
@@ -36,8 +37,6 @@ if TYPE_CHECKING:
     from .agent import Agent
 
 MAX_FORMAT_ERRORS = 3  # malformed replies in a row before the run is given up
-# where a reply in the tag format should end: a second action, or an observation the model goes on to invent
-STOP_SEQUENCES = ["\nObservation", "\nobservation:", "Observation (step", "\n<r>"]
 CUT_OFF = ("it was cut off: it reached the length limit before it ended, so nothing in it was run. Send a shorter "
            "reply — a brief thought and one command; write long code or a long text in parts over several steps")
 
@@ -102,7 +101,8 @@ class Run:
     def drive(self) -> RunResult:
         state, record = self.state, self.record
         self.memory.background = state.background  # known once the start (or the trace) is read
-        self.ui.run_started(record.run_id, state.objective, self.settings.model, state.step if self.resumed else 0)
+        self.ui.run_started(record.run_id, state.objective, self.settings.model,
+                            state.step if self.resumed else None)
         restore_sigterm = _raise_on_sigterm()
         answer, interrupted = None, False
         try:
@@ -152,7 +152,7 @@ class Run:
     def check_limits(self) -> None:
         state, settings = self.state, self.settings
         if state.step >= settings.max_steps:
-            raise LimitReached(f"step limit reached ({settings.max_steps} steps). Continue with "
+            raise LimitReached(f"step limit reached ({plural(settings.max_steps, 'step')}). Continue with "
                                f"`miniagi resume {self.record.run_id} --max-steps {settings.max_steps * 2}`")
         self.check_cost()
 
@@ -162,7 +162,7 @@ class Run:
             raise LimitReached(f"cost limit reached (${state.cost_usd:.4f} of ${settings.max_cost:g}). Continue with "
                                f"`miniagi resume {self.record.run_id} --max-cost {settings.max_cost * 2:g}`")
 
-    def think(self) -> Action | None:
+    def think(self) -> Decision | None:
         """The model's next action (emitted), or None when its reply could not be used (the error is emitted)."""
         number = self.state.step + 1
         messages = self.context(number)
@@ -171,26 +171,23 @@ class Run:
         protocol = self.agent.protocol
         try:
             if completion.finish_reason == "length":
-                raise FormatError(CUT_OFF, completion.text, protocol.how)
-            action = protocol.read(completion)
-        except FormatError as error:
+                raise MalformedReply(CUT_OFF, completion.text, protocol.how)
+            action = one_command_line(protocol.read(completion))
+        except MalformedReply as error:
             self.emit(ev.FormatError(step=number, error=str(error), response=protocol.raw_reply(completion)))
             if self.state.format_errors_in_a_row >= MAX_FORMAT_ERRORS:
                 self.save("running")
                 raise TooManyFormatErrors(f"the model broke the reply format {MAX_FORMAT_ERRORS} times in a row "
                                           f"(last problem: {error.problem})") from None
             return None
-        arg, dropped = one_command_line(action.command, action.arg)
-        if dropped:
-            action = Action(action.thought, action.command, arg, "\n\n".join(filter(None, [action.note, dropped])))
         self.emit(ev.Action(step=number, thought=action.thought, command=action.command, arg=action.arg))
         return action
 
     def context(self, number: int) -> list[dict]:
         state = self.state
-        criticism = [f"A REVIEWER'S CRITICISM OF YOUR PROGRESS:\n{state.criticism}"] if state.criticism else []
+        advice = critic.advice(state.criticism, self.agent.counter, self.agent.budget.alerts) if state.criticism else ""
         context, folded = self.memory.context(system=self.agent.system, steps=state.steps, next_step=number,
-                                              alerts="\n\n".join(self.alerts + criticism))
+                                              alerts="\n\n".join(self.alerts), advice=advice)
         self.alerts = []
         if folded:
             self.emit(ev.SummaryFolded(step=state.step, text=folded.text, through_step=folded.through_step,
@@ -206,11 +203,13 @@ class Run:
         self.ui.debug_context(context.messages)
         return context.messages
 
-    def act(self, action: Action, spinner: bool = True) -> Outcome:
+    def act(self, action: Decision, spinner: bool = True) -> Outcome:
         """Run the action's command (after approval); a failing command is an observation, never the end."""
         command = COMMANDS[action.command]
-        if not action.arg.strip():
-            return Outcome(f"{command.name} needs an argument ({command.arg}); nothing was done.")
+        missing = command.missing(action.args)
+        if missing:
+            return Outcome(f"{command.name} needs {' and '.join(missing)}; nothing was done. "
+                           + self.agent.protocol.usage(command))
         if command.needs_approval and not self.settings.yes:
             if not self.ui.interactive:
                 return Outcome(f"Not run: {command.name} needs the user's approval, and no user is present. The user "
@@ -220,39 +219,46 @@ class Run:
                 return Outcome(approval.observation)
         try:
             if command.name == "talk_to_user" or not spinner:  # the person's prompt, or a spinner is already on
-                return command(self.workspace, action.arg)
+                return command(self.workspace, action.args)
             with self.ui.working(f"step {self.state.step}: {command.name} running"):
-                return command(self.workspace, action.arg)
+                return command(self.workspace, action.args)
         except (Stop, KeyboardInterrupt, ModelUnavailable, ModelError, ConfigError):
             raise
         except Exception as exc:
             return Outcome(f"{command.name} failed: {type(exc).__name__}: {exc}")
 
-    def call_tool(self, name: str, arg: str) -> dict:
-        """A command called as a function by code in execute_python: run as an action of the step would be
-        (approval, limits, redaction, cost); its notes and memories join the step's."""
+    def call_tool(self, name: str, arguments: str) -> dict:
+        """A command called as a function by code in execute_python (its arguments by name, as a JSON object): run
+        as an action of the step would be (approval, limits, redaction, cost); its notes, memories and hint join
+        the step's."""
         command = COMMANDS.get(name)
         if command is None or not command.python:
             return {"error": f"{name} cannot be called from Python"}
+        args = command.arguments(json.loads(arguments or "{}"))
+        if command.missing(args):
+            return {"error": f"{name} needs {' and '.join(command.missing(args))}: {command.signature()}"}
         try:
-            outcome = self.act(Action(thought="", command=name, arg=arg), spinner=False)
+            outcome = self.act(Decision(thought="", command=name, args=args), spinner=False)
         except Stop as stop:  # a limit: the code hears of it; the loop stops at its next check
             return {"error": str(stop)}
         calls = len(self.nested.memories) + len(self.nested.notes)
         self.nested.notes.extend(outcome.notes)
         self.nested.memories.extend(replace(m, key=f"py{calls}-{m.key}") for m in outcome.memories)
+        self.nested.hint = _hints(self.nested.hint, outcome.hint)
         text = self.agent.redact(cap_text(outcome.observation, self.agent.budget.item_chars))
         return {"result": text, "data": redact_data(self.agent.redact, outcome.data)}
 
-    def observe(self, action: Action, outcome: Outcome) -> None:
+    def observe(self, action: Decision, outcome: Outcome) -> None:
         """The outcome becomes the step's observation (emitted); its notes and memories are stored. A final answer
-        ends the run here, unless the critic sends it back."""
+        ends the run here, unless the critic sends it back. Output that imitates the critic's label is fenced."""
         number = self.state.step
         nested, self.nested = self.nested, Outcome()
         outcome = Outcome(outcome.observation, outcome.notes + nested.notes, outcome.memories + nested.memories,
-                          outcome.answer)
+                          outcome.answer, hint=_hints(outcome.hint, nested.hint))
         observation = outcome.observation if outcome.answer is None else self.final_review(outcome.answer)
-        observation = self.agent.redact(cap_text(observation, self.agent.budget.item_chars))
+        observation = cap_text(observation, self.agent.budget.item_chars)
+        observation = critic.guard(f"{observation}\n\n{outcome.hint}" if outcome.hint else observation)
+        observation = self.agent.redact(observation)
         note = self.agent.redact(action.note)
         self.emit(ev.Observation(step=number, text=f"{observation}\n\n{note}" if note else observation,
                                  notes=list(outcome.notes), note=note or None))
@@ -273,7 +279,8 @@ class Run:
             self.emit(ev.LoopWarning(step=state.step, repeats=state.repeats, text=warning, kind=state.loops.kind))
         if self.settings.critic and (warning or state.step % self.settings.critic_every == 0):
             messages = critic.review_messages(state.objective, state.summary.text, state.steps, warning,
-                                              self.agent.critic_counter, self.agent.budget.context)
+                                              self.agent.critic_counter, self.agent.budget.context,
+                                              previous=state.criticism)
             with self.ui.thinking(state.step):
                 text = self.ask("critic", messages, state.step).text.strip()
             self.emit(ev.CriticReview(step=state.step, text=text, loop=bool(warning)))
@@ -285,7 +292,8 @@ class Run:
         if not self.settings.critic or state.rejections >= critic.MAX_REJECTIONS:
             raise Submitted(answer)
         messages = critic.final_messages(state.objective, state.summary.text, state.steps, answer,
-                                         self.agent.critic_counter, self.agent.budget.context)
+                                         self.agent.critic_counter, self.agent.budget.context,
+                                         previous=state.criticism)
         with self.ui.thinking(state.step):
             reply = self.ask("critic", messages, state.step).text
         accepted, reason = critic.verdict(reply)
@@ -303,10 +311,8 @@ class Run:
         model = self.settings.model_for(role)
         messages = self.agent.redact.messages(messages)
         request: dict = {"temperature": self.settings.temperature}
-        if role == "agent":  # capped, stopped where a rambling model would go on to invent the observation
+        if role == "agent":  # capped; the reply format adds its own stop sequences, tools or response format
             request.update(self.agent.protocol.request(), max_tokens=self.settings.max_reply_tokens)
-            if self.agent.protocol.name != "tools":
-                request["stop"] = STOP_SEQUENCES
         completion = self.agent.model.complete(messages, model=model, role=role, **request)
         saved = self.agent.prices.saved(model, completion.cached_tokens)
         self.emit(ev.ModelCall(step=step, role=role, model=model, response=completion.text,
@@ -362,6 +368,11 @@ class Run:
                 "cost_usd": round(state.cost_usd, 6), "started_at": state.started_at,
                 "ended_at": None if status == "running" else now_iso(), "model": self.settings.model,
                 "exit_code": exit_code, "message": message, "code_isolation": self.isolation, **process_identity()}
+
+
+def _hints(*hints: str) -> str:
+    """The hints of a step's calls, each said once."""
+    return "\n".join(dict.fromkeys(line for hint in hints for line in hint.splitlines() if line))
 
 
 def _raise_on_sigterm():

@@ -37,8 +37,8 @@ def make_console(stderr: bool = False) -> Console:
     return console
 
 
-def plural(count: int, noun: str) -> str:
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+def plural(count: int, noun: str, many: str | None = None) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count:,} {many or noun + 's'}"
 
 
 def _preview(text: str, lines: int, width: int = 160) -> str:
@@ -61,10 +61,9 @@ class Terminal:
         if not self.quiet:
             self.console.print(markup)
 
-    def run_started(self, run_id: str, objective: str, model: str, resumed_at: int = 0) -> None:
-        verb = f"resuming at step {resumed_at + 1}" if resumed_at else "started"
-        # the run id always reaches stderr, even when quiet: it is how a run is found again
-        self.console.print(f"[bold]run {run_id}[/] {verb} · model {escape(model)}")
+    def run_started(self, run_id: str, objective: str, model: str, resumed_at: int | None = None) -> None:
+        verb = "started" if resumed_at is None else f"resuming at step {resumed_at + 1}"
+        self.say(f"[bold]run {run_id}[/] {verb} · model {escape(model)}")
         self.say(Text(f"objective: {self.redact(objective)}", style="cyan"))
 
     def thinking(self, step: int):
@@ -171,6 +170,8 @@ class Terminal:
             raise KeyboardInterrupt from None
 
     def run_ended(self, result: dict) -> None:
+        if self.quiet:
+            return
         status = result.get("status")
         style = "green" if status == "done" else "red"
         self.console.print(Text.assemble(

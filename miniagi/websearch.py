@@ -49,14 +49,31 @@ class DdgsBackend:
         except DDGSException as exc:
             if "no results" in str(exc).lower():
                 return []
-            raise SearchUnavailable(_first_line(exc)) from None
+            raise SearchUnavailable(plain_reason(exc)) from None
         return [SearchResult(title=" ".join(str(hit.get("title", "")).split()), url=str(hit.get("href", "")),
                              snippet=" ".join(str(hit.get("body", "")).split())) for hit in hits or []]
 
 
-def _first_line(exc: Exception) -> str:
+# what a network library's message means, in words the model (and the person) can act on
+REASONS = (
+    (("dns", "resolv", "name or service not known", "getaddrinfo", "no address associated"),
+     "the search engine's address could not be looked up: no network or no DNS here"),
+    (("timed out", "timeout"), "the search engine did not answer in time"),
+    (("proxy",), "the proxy refused or failed (check DDGS_PROXY / HTTPS_PROXY)"),
+    (("certificate", "ssl", "tls"), "a TLS/certificate problem on the way to the search engine"),
+    (("connection refused", "connection reset", "unreachable", "connect error", "error sending request"),
+     "the search engine could not be reached: no network, or it is blocked"),
+)
+
+
+def plain_reason(exc: Exception) -> str:
+    """Why a search failed, in a few plain words (a library's raw message is long and means little to the model)."""
     text = str(exc) or type(exc).__name__
-    return text.splitlines()[0][:300]
+    lowered = text.lower()
+    for words, reason in REASONS:
+        if any(word in lowered for word in words):
+            return reason
+    return " ".join(text.splitlines()[0].split())[:160]
 
 
 def search(backend: SearchBackend, query: str, max_results: int = 5,
@@ -81,7 +98,7 @@ def search(backend: SearchBackend, query: str, max_results: int = 5,
             except SearchUnavailable:
                 raise
             except Exception as exc:  # a backend's own failure is still just "unavailable" to the agent
-                raise SearchUnavailable(_first_line(exc)) from None
+                raise SearchUnavailable(plain_reason(exc)) from None
         raise SearchUnavailable("the search engine is rate limiting us")
     finally:
         pool.shutdown(wait=False, cancel_futures=True)  # a hung attempt must not hold the run

@@ -4,8 +4,9 @@ Started by `PythonSession` as `python -u -m miniagi.worker REQUEST_FD RESPONSE_F
 line ({"code", "output", "label"}), runs the code in a namespace that persists between requests with fds 1 and 2
 pointed at the output file (so output of child processes is captured too), and answers with one JSON line
 ({"status": "ok" | "error" | "exit" | "interrupted", "detail"}). It imports nothing of miniagi, so the user's
-code runs in a clean interpreter. The agent's other commands are functions in the namespace: a call writes
-{"tool", "arg"} on the answer channel and reads the agent's {"result" | "data" | "error"} line back.
+code runs in a clean interpreter. The agent's other commands are functions in the namespace, with their typed
+signatures: a call writes {"tool", "arg": the arguments by name as a JSON object} on the answer channel and reads
+the agent's {"result" | "data" | "error"} line back.
 """
 
 import ast
@@ -194,29 +195,52 @@ class SearchResult:
         return f"SearchResult(title={self.title!r}, url={self.url!r}, snippet={self.snippet!r})"
 
 
+SearchResult.__module__ = "builtins"  # signatures show list[SearchResult], as the prompt names it (not __main__.…)
+
+
+class SourceText(str):
+    """A source's text, as read(source) returns it: a plain str to work with; printed whole, it shows between
+    the agent's untrusted-data fence lines, as ingest_data shows a source."""
+
+    def __new__(cls, text: str, fence: list):
+        value = super().__new__(cls, text)
+        value.fence = fence
+        return value
+
+    def __str__(self) -> str:
+        return self.fence[0] + str.__str__(self) + self.fence[1]
+
+
+TYPES = {"str": str, "list[str]": list[str], "list[SearchResult]": list[SearchResult]}  # the commands' annotations
+
+
 class ToolError(Exception):
     """The agent could not carry out a tool call made from Python."""
 
 
 def make_tool(spec: dict, requests, responses):
-    """A plain function that asks the agent to run one of its commands (through the worker's channel) and
-    returns what it observed: the agent applies its approval, limits, redaction and cost accounting."""
+    """A plain function, with the command's own typed signature, that asks the agent to run one of its commands
+    (through the worker's channel) and returns what it observed: the agent applies its approval, limits,
+    redaction and cost accounting. The arguments travel by name, as a JSON object."""
     import inspect
     import threading
 
     lock = threading.Lock()
-    params = spec["params"]
-    signature = inspect.Signature([inspect.Parameter(p, inspect.Parameter.POSITIONAL_OR_KEYWORD) for p in params])
+    signature = inspect.Signature(
+        [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=TYPES[kind])
+         for name, kind in spec["params"]], return_annotation=TYPES[spec["returns"]])
 
     def tool(*args, **kwargs):
         if os.getpid() != WORKER_PID:
             raise ToolError(f"{spec['name']} can be called from the main Python process only, not from a fork")
         bound = signature.bind(*args, **kwargs)
-        arg = spec.get("join", "|").join(str(bound.arguments[p]) for p in params)
+        arguments = {name: value if isinstance(value, str) else
+                     [str(item) for item in value] if isinstance(value, (list, tuple)) else str(value)
+                     for name, value in bound.arguments.items()}
         with lock:
             sys.stdout.flush()
             sys.stderr.flush()
-            responses.write(json.dumps({"tool": spec["name"], "arg": arg}) + "\n")
+            responses.write(json.dumps({"tool": spec["name"], "arg": json.dumps(arguments)}) + "\n")
             responses.flush()
             line = requests.readline()
         if not line:
@@ -224,8 +248,11 @@ def make_tool(spec: dict, requests, responses):
         answer = json.loads(line)
         if "error" in answer:
             raise ToolError(answer["error"])
-        if answer.get("data") is not None:
-            return [SearchResult(**item) for item in answer["data"]]
+        data = answer.get("data")
+        if isinstance(data, list):
+            return [SearchResult(**item) for item in data]
+        if isinstance(data, dict):
+            return SourceText(data["text"], data["fence"])
         return answer.get("result", "")
 
     tool.__name__ = tool.__qualname__ = spec["name"]

@@ -283,6 +283,7 @@ def test_a_bad_dotenv_or_an_unusable_home_is_one_line_for_every_subcommand(llm, 
                        "sh")
     proc = _miniagi(["-y", "objective"], isolated.work, dict(env, MINIAGI_HOME=str(read_only)), prefix=mount_read_only)
     assert proc.returncode == 2 and "Read-only file system" in proc.stderr and one_line(proc.stderr), proc.stderr
+    assert "give --home DIR or set MINIAGI_HOME" in proc.stderr
     full = _miniagi(["-y", "objective"], isolated.work, env, prefix=("bash", "-c", 'ulimit -f 0; exec "$@"', "bash"))
     assert full.returncode == 1 and "Traceback" not in full.stderr, full.stderr
     assert one_line(full.stderr) and "cannot" in full.stderr

@@ -83,3 +83,14 @@ def test_cli_reads_dotenv_in_the_current_directory_and_flags_win(cli, llm, isola
     assert recorded["yes"] is True and recorded["max_steps"] == 9 and recorded["max_cost"] == 3.5
     assert llm.requests[0]["model"] == "dotenv-model"
     assert "exit code 0" in (directory / "trace.jsonl").read_text()  # PROMPT_USER=false let the command run
+
+
+def test_miniagi_settings_that_are_ignored_are_said_once(capsys):
+    from miniagi import config
+
+    config._told.clear()
+    resolve_settings({}, environ={"SUMMARIZER_CHUNK_SIZE": "3000"}, dotenv={"CLEAR_DB_ON_START": "true"})
+    resolve_settings({}, environ={"SUMMARIZER_CHUNK_SIZE": "3000"}, dotenv={})
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 2 and all("(a MiniAGI setting) is ignored" in line for line in lines)
+    assert any("SUMMARIZER_CHUNK_SIZE" in line and "--max-context-tokens" in line for line in lines)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -315,6 +316,9 @@ def test_runs_and_show_list_and_explain_runs(cli, llm, isolated):
     listing = cli("runs")
     assert listing.returncode == 0
     assert listing.stdout.index("break format") < listing.stdout.index("add numbers")  # newest first
+    header, newest = listing.stdout.splitlines()[:2]
+    assert header.split("\t")[:3] == ["id", "started", "status"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d", newest.split("\t")[1])
     as_json = json.loads(cli("runs", "--json").stdout)
     assert [r["status"] for r in as_json] == ["format_error", "done"]
     only_done = json.loads(cli("runs", "--status", "done", "--json").stdout)

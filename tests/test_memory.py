@@ -136,7 +136,7 @@ def test_a_fact_learned_in_one_run_is_recalled_by_the_next_in_a_new_process(cli,
     assert found.returncode == 0 and "sunflower-42" in best["text"] and best["kind"] == "step"
     stats = cli("memory", "stats", "--json")
     assert json.loads(stats.stdout)["runs"] == 2
-    assert "removed" in cli("memory", "clear").stdout
+    assert "removed" in cli("memory", "clear", "--yes").stdout
     assert json.loads(cli("memory", "stats", "--json").stdout)["items"] == 0
 
 

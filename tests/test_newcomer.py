@@ -8,6 +8,8 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from .conftest import MEMORY_ON, act, one_line, run_dirs
 from .fake_llm import Fail
 from .test_end_to_end import _start, _wait_for, load_run, observations
@@ -29,6 +31,32 @@ def test_a_workdir_that_is_a_file_is_refused_and_a_missing_one_is_made(cli, llm,
 def test_an_objective_starting_with_a_command_name_gets_a_hint(cli):
     proc = cli("show", "me", "the", "largest", "file")
     assert proc.returncode == 2 and 'miniagi run "show me the largest file"' in proc.stderr
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--modle", "gpt-4o", "hello"], "unknown option: --modle (did you mean --model?)"),
+    (["--max-step", "3", "hello"], "unknown option: --max-step (did you mean --max-steps?)"),  # no abbreviations
+    (["show", "--rwa", "x"], "unknown option: --rwa (did you mean --raw?)"),
+    (["batch", "jobs.txt", "--worker", "3"], "unknown arguments: --worker (did you mean --workers?), 3"),
+])
+def test_an_unknown_option_is_named_with_the_closest_one(argv, expected, capsys):
+    from miniagi.cli import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and expected in err and "quote it" not in err
+    assert f"usage: miniagi {argv[0] if argv[0] in ('show', 'batch') else 'run'}" in err  # the command's own usage
+
+
+def test_help_shows_defaults_and_what_prompt_user_means(capsys):
+    from miniagi.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "spending limit in USD, 0 for none (exit 3) (default: 2)" in text and "(default: gpt-4o-mini)" in text
+    assert "PROMPT_USER=false means the same" in text
 
 
 def test_a_killed_run_is_listed_as_interrupted_not_running(cli, llm, isolated):
@@ -119,12 +147,21 @@ def test_recall_keeps_to_relevant_memories_of_this_workdir(cli, llm, isolated, t
 
 
 def test_clearing_all_memory_asks_first_in_a_terminal(cli, llm, isolated):
-    llm.add(act("memorize_thoughts", "keep me"), act("done", "ok"))
+    llm.add(act("memorize_thoughts", "The spare key is under the blue flowerpot."), act("done", "ok"))
     assert cli("remember", env=MEMORY_ON).returncode == 0
+    found = cli("memory", "search", "where is the spare key")
+    assert "similarity 0." in found.stdout and "note · run " in found.stdout and "flowerpot" in found.stdout
+    unrelated = cli("memory", "search", "quarterly tax rates in Belgium")  # only what is relevant is shown
+    assert "no relevant memories found" in unrelated.stdout and "--all shows them" in unrelated.stdout
     kept = run_in_terminal(llm, isolated, "n\n", "memory", "clear")
     assert kept.returncode == 1 and "nothing was deleted" in kept.stdout and "Delete ALL" in kept.stdout
     assert json.loads(cli("memory", "stats", "--json").stdout)["items"] > 0
-    cleared = cli("memory", "clear", "--json")  # no terminal: scripts are not asked
+    refused = cli("memory", "clear")  # no terminal to ask in: nothing is deleted without --yes
+    assert refused.returncode == 2 and one_line(refused.stderr) and "--yes" in refused.stderr
+    assert json.loads(cli("memory", "stats", "--json").stdout)["items"] > 0
+    unknown = cli("memory", "clear", "--run", "nosuchrun", "--yes")
+    assert unknown.returncode == 2 and "nosuchrun" in unknown.stderr and one_line(unknown.stderr)
+    cleared = cli("memory", "clear", "--json", "--yes")
     assert cleared.returncode == 0 and json.loads(cleared.stdout)["removed"] > 0
 
 
@@ -159,3 +196,15 @@ def test_a_batch_objective_interrupted_while_starting_is_recorded_as_interrupted
     (record,) = [json.loads(line) for line in (isolated.work / "jobs-txt-results" / "results.jsonl").read_text()
                  .splitlines()]
     assert record["status"] == "interrupted"
+
+
+def test_the_python_api_can_be_quiet_and_a_resume_says_where_it_goes_on(isolated, capfd):
+    from miniagi import Agent, ScriptedModel, Settings
+
+    settings = Settings(yes=True, unattended=True, workdir=str(isolated.work), home=str(isolated.home),
+                        memory_scope="off", max_steps=1)
+    stopped = Agent(settings, model=ScriptedModel([act("execute_python", "print(6 * 7)")]), quiet=True).run("six sevens")
+    assert stopped.status == "limit" and capfd.readouterr().err == ""  # nothing printed at all
+    loud = Agent(settings.with_overrides({"max_steps": 3}), model=ScriptedModel([act("done", "42")]))
+    assert loud.resume(stopped.run_id).answer == "42"
+    assert f"run {stopped.run_id} resuming at step 2" in capfd.readouterr().err

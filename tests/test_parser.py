@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from miniagi.parser import FormatError, parse_reply
+from miniagi.protocols import MalformedReply
+from miniagi.protocols.tags import parse_reply
 
 commands = st.sampled_from(["execute_python", "execute_shell", "done", "memorize_thoughts", "talk_to_user"])
 plain = st.text(alphabet=st.characters(blacklist_characters="<>`", blacklist_categories=("Cs",)), min_size=1,
@@ -40,10 +41,10 @@ def test_real_world_variations_are_read(thought, command, arg, prose_before, pro
 
 @given(st.text(max_size=300))
 @settings(max_examples=300)
-def test_any_text_either_parses_or_raises_format_error(text):
+def test_any_text_either_parses_or_raises_malformed_reply(text):
     try:
         action = parse_reply(text)
-    except FormatError as error:
+    except MalformedReply as error:
         assert "For example:\n<r>" in str(error) and "<c>command</c>" not in str(error)
     else:
         assert action.command and action.command == action.command.lower()
@@ -75,7 +76,7 @@ def test_missing_closing_tags_are_tolerated():
 @pytest.mark.parametrize("reply,problem", [("", "empty"), ("   ", "empty"), ("just prose", "no command tag"),
                                            ("<r>only a thought</r>", "no command tag")])
 def test_malformed_replies_explain_the_problem(reply, problem):
-    with pytest.raises(FormatError) as caught:
+    with pytest.raises(MalformedReply) as caught:
         parse_reply(reply)
     assert problem in str(caught.value)
     assert "<c>execute_shell</c>\npython3 --version" in str(caught.value)  # a filled-in example

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from miniagi.model import Completion, ToolCall
-from miniagi.parser import FormatError, parse_reply
-from miniagi.protocols import PROTOCOLS, lenient_json, one_command_line
+from miniagi.protocols import Decision, MalformedReply, formats, lenient_json, one_command_line
+from miniagi.protocols.tags import parse_reply
 
 from .conftest import act, one_line, run_dirs
 from .fake_llm import Calls, Fail
@@ -109,7 +109,8 @@ def test_a_json_run_reads_lenient_objects_and_asks_for_the_schema(cli, llm, isol
     # the history shows each action back in the standard form
     shown = llm.agent_requests()[2]["messages"]
     replies = [json.loads(m["content"]) for m in shown if m["role"] == "assistant"]
-    assert replies[1] == {"thought": "add", "command": "execute_python", "arg": "print(x + 1)"}
+    # (the older {"arg": text} form is read too, so recorded runs replay)
+    assert replies[1] == {"thought": "add", "command": "execute_python", "args": {"code": "print(x + 1)"}}
 
 
 def test_json_falls_back_when_the_endpoint_refuses_schemas_and_remembers_it(cli, llm, isolated):
@@ -135,25 +136,29 @@ def test_json_falls_back_when_the_endpoint_refuses_schemas_and_remembers_it(cli,
 
 # --- the tag format, as a real small model wrote it -----------------------------------------------------------
 def test_an_unknown_command_names_the_closest_one():
-    with pytest.raises(FormatError) as caught:
-        PROTOCOLS["tags"].read(Completion("<r>x</r><c>execute_shel</c>\nls", "m", 0, 0, 0.0, 0.0))
+    with pytest.raises(MalformedReply) as caught:
+        formats()["tags"].read(Completion("<r>x</r><c>execute_shel</c>\nls", "m", 0, 0, 0.0, 0.0))
     assert "Did you mean execute_shell?" in str(caught.value)
 
 
 def test_reversed_tags_and_a_tag_inside_prose():
     action = parse_reply("<c>execute_shell</c><r>list the files</r>\nls -la")
     assert (action.command, action.thought, action.arg) == ("execute_shell", "list the files", "ls -la")
-    with pytest.raises(FormatError, match="inside a sentence"):
+    with pytest.raises(MalformedReply, match="inside a sentence"):
         parse_reply("I will list the files using the command <c>execute_shell</c> to see them.")
     assert parse_reply("<r>t</r><c>execute_shell</c> ls -la").arg == "ls -la"  # an argument on the tag's line
 
 
 def test_a_multi_line_shell_argument_runs_its_first_line_and_says_what_was_dropped():
-    arg, note = one_command_line("execute_shell", "ls -la\nObservation (step 1):\nfile.txt")
-    assert arg == "ls -la" and "Dropped: 2 more line(s)" in note
+    def shell(line, command="execute_shell"):
+        parameter = "command_line" if command == "execute_shell" else "code"
+        return one_command_line(Decision("t", command, {parameter: line}))
+
+    cut = shell("ls -la\nObservation (step 1):\nfile.txt")
+    assert cut.arg == "ls -la" and "Dropped: 2 more line(s)" in cut.note
     for whole in ("for f in a b; do\n  echo $f\ndone", "cat <<EOF > x.txt\nhello\nEOF", "echo a \\\n  b"):
-        assert one_command_line("execute_shell", whole) == (whole, "")
-    assert one_command_line("execute_python", "a = 1\nprint(a)") == ("a = 1\nprint(a)", "")
+        assert (shell(whole).arg, shell(whole).note) == (whole, "")
+    assert shell("a = 1\nprint(a)", "execute_python").arg == "a = 1\nprint(a)"
 
 
 def test_a_multi_line_shell_argument_in_a_run(cli, llm, isolated):
@@ -169,7 +174,7 @@ def test_lenient_json_and_tool_arguments():
     with pytest.raises(ValueError):
         lenient_json('{"a": ')
     completion = Completion("", "m", 0, 0, 0.0, 0.0, tool_calls=(ToolCall("c1", "web_search", '{"q": "tides"}'),))
-    assert PROTOCOLS["tools"].read(completion).arg == "tides"  # the only value, whatever its name
+    assert formats()["tools"].read(completion).arg == "tides"  # the only value, whatever its name
 
 
 def test_temperature_is_sent_and_configurable(cli, llm, isolated):

@@ -1,0 +1,175 @@
+"""How a reply carries its action: one module per reply format, each behind the small `ReplyFormat` interface.
+
+- tags   `<r>thought</r><c>command</c>argument`, the MiniAGI format: works with any model, even a base model;
+- tools  native tool calls (OpenAI function calling; vLLM, Ollama, llama.cpp server with tool-capable models): what
+         modern chat models are trained for. Each command is a tool with one typed parameter per argument;
+- json   one JSON object `{"thought", "command", "args"}`; where the endpoint supports structured outputs, the
+         schema (command names as an enum, each command's arguments) is sent, so a constrained decoder cannot
+         produce a bad action.
+
+A format says what it adds to the agent's request (`request`: its own stop sequences, tools or response format),
+how to read a reply (`read`, raising MalformedReply), how a step is shown back in the history (`render`, in its own
+standard form, which teaches the format to a model that strays) and how the system prompt tells the model to
+reply (`describe`: the commands and an example in the real shape of the format's turns).
+
+Adding a format is one module in this folder that defines `FORMAT`, an instance of its `ReplyFormat`.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import functools
+import importlib
+import json
+import pkgutil
+import subprocess
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from ..commands import COMMANDS, Command, actions
+
+if TYPE_CHECKING:
+    from memory.context import StepRecord
+
+    from ..model import Completion
+
+EXAMPLE_OBJECTIVE = "How many days are there from 2024-03-01 to 2024-12-25?"
+EXAMPLE_THOUGHT = "Python's datetime can count them."
+EXAMPLE_CODE = "from datetime import date\n(date(2024, 12, 25) - date(2024, 3, 1)).days"
+EXAMPLE_RESULT = "299"
+EXAMPLE_LAST_THOUGHT = "That answers it."
+EXAMPLE_ANSWER = "There are 299 days from 2024-03-01 to 2024-12-25."
+# a filled-in action for format errors: not a placeholder a model could copy, and not a plausible first step
+EXAMPLE_FIX = ("I want to know which Python version is installed.", "execute_shell", "python3 --version")
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a reply chose: its reasoning, one command and the command's arguments by parameter name."""
+
+    thought: str
+    command: str
+    args: dict
+    note: str = ""  # something the model should be told about how its reply was read
+
+    @property
+    def arg(self) -> str:
+        """The arguments as one text (the tags form): what the trace records and the loop compares."""
+        return COMMANDS[self.command].text(self.args)
+
+
+class MalformedReply(Exception):
+    """A reply that holds no usable action. str(error) is what the model is told: the problem and how to reply
+    (the reply itself is in the context already: it is not quoted back)."""
+
+    def __init__(self, problem: str, reply: str, how: str):
+        self.problem = problem
+        self.reply = reply
+        super().__init__(f"Your reply could not be used: {problem}.\n{how}")
+
+
+class ReplyFormat:
+    name: ClassVar[str]
+    how: ClassVar[str]  # how to reply, told with every malformed reply
+    stop: ClassVar[tuple[str, ...]] = ()  # where a reply should end: the request's stop sequences
+
+    def request(self) -> dict:
+        """What the format adds to the agent's request: its stop sequences, tools or response_format."""
+        return {"stop": list(self.stop)} if self.stop else {}
+
+    def read(self, completion: Completion) -> Decision:
+        raise NotImplementedError
+
+    def reply(self, record: StepRecord) -> dict:
+        """A step's action as the assistant message this format would have sent."""
+        raise NotImplementedError
+
+    def render(self, record: StepRecord) -> list[dict]:
+        """A step as the history shows it: the reply in this format's standard form, then the observation."""
+        if not record.command:  # a malformed reply is shown as it came, with its format error
+            return record.messages()
+        return [self.reply(record), {"role": "user", "content": observation_text(record)}]
+
+    def describe(self) -> str:
+        """The system prompt's part on how to reply: the commands, an example run, how to finish."""
+        raise NotImplementedError
+
+    def usage(self, command: Command) -> str:
+        """How a call of the command is written in this format, its arguments as placeholders."""
+        raise NotImplementedError
+
+    def raw_reply(self, completion: Completion) -> str:
+        """A reply that could not be used, as text (kept in the history with its format error)."""
+        return completion.text
+
+
+def observation_text(record: StepRecord) -> str:
+    return f"Observation (step {record.step}):\n{record.observation}"
+
+
+@functools.cache
+def formats() -> dict[str, ReplyFormat]:
+    """The formats there are, by name: the FORMAT of every module in this folder, tags first (the default)."""
+    found = [importlib.import_module(f"{__name__}.{module.name}").FORMAT for module in pkgutil.iter_modules(__path__)]
+    return {f.name: f for f in sorted(found, key=lambda f: f.name != "tags")}
+
+
+def check_command(name: str, reply: str, how: str) -> str:
+    """The command's canonical name; a MalformedReply naming the closest command when there is no such action."""
+    name = name.strip().lower().replace("-", "_")
+    offered = [c.name for c in actions()]
+    if name in offered:
+        return name
+    close = difflib.get_close_matches(name, offered, n=1, cutoff=0.6)
+    hint = f" Did you mean {close[0]}?" if close else ""
+    if name in COMMANDS:
+        hint = f" It is a function inside execute_python only.{hint}"
+    raise MalformedReply(f"{name!r} is not a command.{hint} The commands are: {', '.join(offered)}", reply, how)
+
+
+def one_command_line(decision: Decision) -> Decision:
+    """execute_shell runs one command line. A multi-line argument runs its first line only — unless the lines form
+    one command (a backslash continuation, a here-document, a loop or `if` block the first line cannot end) —
+    and the model is told what was dropped."""
+    line = decision.args.get("command_line", "") if decision.command == "execute_shell" else ""
+    if "\n" not in line.strip():
+        return decision
+    first, rest = line.strip().split("\n", 1)
+    if first.rstrip().endswith("\\") or "<<" in first or _incomplete(first):
+        return decision
+    dropped = (f"Note: execute_shell runs ONE command line; only the first line was run. Dropped: "
+               f"{len(rest.splitlines())} more line(s) beginning {rest.strip()[:80]!r}. To run a script, write it to "
+               "a file first or use execute_python.")
+    return Decision(decision.thought, decision.command, {"command_line": first},
+                    "\n\n".join(filter(None, [decision.note, dropped])))
+
+
+def _incomplete(line: str) -> bool:
+    """Whether a shell line cannot stand alone (bash -n finds an unexpected end: an open loop, quote, block)."""
+    try:
+        check = subprocess.run(["bash", "-n", "-c", line], capture_output=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return check.returncode != 0
+
+
+def lenient_json(text: str):
+    """JSON, or a Python-style literal (single quotes, True/None) where that is unambiguous. Too deep a nesting is
+    a ValueError like any other unreadable text."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        problem = exc if isinstance(exc, ValueError) else "it is nested too deeply"
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        raise ValueError(str(problem)) from None
+    if isinstance(value, (dict, list, str)):
+        return value
+    raise ValueError(str(problem))
+
+
+def placeholders(command: Command) -> dict:
+    """Its arguments as placeholders: {"question": "…", "sources": ["…"]}."""
+    return {p.name: ["…"] if p.is_list else "…" for p in command.parameters}

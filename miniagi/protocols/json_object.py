@@ -1,0 +1,106 @@
+"""The json format: one JSON object per reply, `{"thought", "command", "args"}`, with the command's arguments by
+name. Where the endpoint supports structured outputs the schema goes with the request; replies are read leniently
+(a code fence or prose around the object, single quotes, the older `"arg"` text)."""
+
+from __future__ import annotations
+
+import functools
+import json
+
+from ..commands import COMMANDS, Command, actions
+from . import (EXAMPLE_ANSWER, EXAMPLE_CODE, EXAMPLE_FIX, EXAMPLE_LAST_THOUGHT, EXAMPLE_OBJECTIVE, EXAMPLE_RESULT,
+               EXAMPLE_THOUGHT, Decision, MalformedReply, ReplyFormat, check_command, lenient_json, placeholders)
+
+
+def action_object(thought: str, command: str, args: dict) -> str:
+    return json.dumps({"thought": thought, "command": command, "args": args}, ensure_ascii=False)
+
+
+class JsonFormat(ReplyFormat):
+    name = "json"
+    how = ("Reply with exactly one JSON object and nothing else, for example:\n"
+           + action_object(EXAMPLE_FIX[0], EXAMPLE_FIX[1], {"command_line": EXAMPLE_FIX[2]}))
+
+    @functools.cache
+    def request(self) -> dict:
+        schema = {"type": "object",
+                  "properties": {"thought": {"type": "string"},
+                                 "command": {"type": "string", "enum": [c.name for c in actions()]},
+                                 "args": {"anyOf": [c.schema() for c in actions()]}},
+                  "required": ["thought", "command", "args"], "additionalProperties": False}
+        # the first the endpoint takes is used (remembered for the run): OpenAI/vLLM/Ollama json_schema,
+        # llama.cpp's json_object with a schema, plain JSON mode; else plain text, read leniently
+        return {"response_format": [
+            {"type": "json_schema", "json_schema": {"name": "action", "strict": True, "schema": schema}},
+            {"type": "json_object", "schema": schema},
+            {"type": "json_object"}]}
+
+    def read(self, completion) -> Decision:
+        text = completion.text.strip()
+        if not text:
+            raise MalformedReply("it was empty", completion.text, self.how)
+        try:
+            values = lenient_json(_object_in(text))
+        except ValueError as exc:
+            raise MalformedReply(f"no JSON object could be read from it ({exc})", completion.text, self.how) from None
+        if not isinstance(values, dict) or not isinstance(values.get("command"), str):
+            raise MalformedReply('the object has no "command" string', completion.text, self.how)
+        name = check_command(values["command"], completion.text, self.how)
+        # the arguments under "args"; or, from a model that strays, beside the command or as the older "arg" text
+        args = values.get("args", {k: v for k, v in values.items() if k not in ("thought", "command")})
+        return Decision(str(values.get("thought", "")).strip(), name, COMMANDS[name].arguments(args))
+
+    def reply(self, record) -> dict:
+        command = COMMANDS.get(record.command)
+        args = command.parse(record.arg) if command else {"arg": record.arg}
+        return {"role": "assistant", "content": action_object(record.thought, record.command, args)}
+
+    def usage(self, command: Command) -> str:
+        return f"Write it as: {action_object('…', command.name, placeholders(command))}"
+
+    def describe(self) -> str:
+        commands = "\n".join(f"- {c.signature(returns=False)}: {c.doc}" for c in actions())
+        first = action_object(EXAMPLE_THOUGHT, "execute_python", {"code": EXAMPLE_CODE})
+        last = action_object(EXAMPLE_LAST_THOUGHT, "done", {"answer": EXAMPLE_ANSWER})
+        return f"""Reply with exactly ONE action, one JSON object and nothing else:
+{{"thought": "your reasoning, briefly", "command": "a command's name", "args": {{its arguments by name}}}}
+
+Commands:
+{commands}
+
+Example, for another objective ("{EXAMPLE_OBJECTIVE}"). Your reply:
+{first}
+The next message: Observation (step 1): {EXAMPLE_RESULT}
+Your next reply:
+{last}
+
+When the objective is achieved, reply with done and the complete final answer."""
+
+
+def _object_in(text: str) -> str:
+    """The first balanced {…} in a reply (after a code fence or prose), strings taken into account."""
+    start = text.find("{")
+    if start < 0:
+        raise ValueError("there is no { in it")
+    depth, quote, escaped = 0, "", False
+    for i in range(start, len(text)):
+        char = text[i]
+        if quote:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == quote:
+                quote = ""
+        elif char in "\"'":
+            quote = char
+        elif char == "{":
+            depth += 1
+        elif char == "}":
+            depth -= 1
+            if depth == 0:
+                return text[start:i + 1]
+    raise ValueError("the object is never closed")
+
+
+FORMAT = JsonFormat()

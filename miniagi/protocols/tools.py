@@ -1,0 +1,75 @@
+"""The tools format: native tool calls. Each command is a tool whose parameters are the command's own, typed; a step
+is shown back as an assistant tool call and a tool message with the same id."""
+
+from __future__ import annotations
+
+import functools
+import json
+
+from ..commands import COMMANDS, Command, actions
+from . import (EXAMPLE_ANSWER, EXAMPLE_CODE, EXAMPLE_OBJECTIVE, EXAMPLE_RESULT, Decision, MalformedReply,
+               ReplyFormat, check_command, lenient_json, observation_text, placeholders)
+
+
+def call_text(name: str, args: dict) -> str:
+    return f"{name} with {json.dumps(args, ensure_ascii=False)}"
+
+
+class ToolsFormat(ReplyFormat):
+    name = "tools"
+    how = f"Call exactly one tool per reply; for example, to finish: call {call_text('done', {'answer': '…'})}."
+
+    @functools.cache  # the command table does not change during a run: built once, not every step
+    def request(self) -> dict:
+        return {"tools": [{"type": "function", "function": {"name": c.name, "description": c.doc,
+                                                            "parameters": c.schema()}} for c in actions()]}
+
+    def read(self, completion) -> Decision:
+        calls = completion.tool_calls
+        if not calls:
+            raise MalformedReply("it called no tool", completion.text, self.how)
+        call = calls[0]
+        name = check_command(call.name, self.raw_reply(completion), self.how)
+        try:
+            values = lenient_json(call.arguments.strip() or "{}")
+        except ValueError as exc:
+            raise MalformedReply(f"the arguments of your call to {name} are not valid JSON ({exc}); send them as a "
+                                 f"JSON object, e.g. {json.dumps(placeholders(COMMANDS[name]), ensure_ascii=False)}",
+                                 self.raw_reply(completion), self.how) from None
+        note = ""
+        if len(calls) > 1:
+            note = (f"Your reply held {len(calls)} tool calls; only the first ({name}) was run. Call one tool per "
+                    "reply and wait for its result.")
+        return Decision(completion.text.strip(), name, COMMANDS[name].arguments(values), note)
+
+    def reply(self, record) -> dict:
+        command = COMMANDS.get(record.command)
+        args = command.parse(record.arg) if command else {"arg": record.arg}
+        return {"role": "assistant", "content": record.thought or None,
+                "tool_calls": [{"id": f"call_{record.step}", "type": "function",
+                                "function": {"name": record.command,
+                                             "arguments": json.dumps(args, ensure_ascii=False)}}]}
+
+    def render(self, record) -> list[dict]:
+        if not record.command:
+            return record.messages()
+        return [self.reply(record),
+                {"role": "tool", "tool_call_id": f"call_{record.step}", "content": observation_text(record)}]
+
+    def usage(self, command: Command) -> str:
+        return f"Call {call_text(command.name, placeholders(command))}."
+
+    def describe(self) -> str:
+        return (f"Act by calling exactly ONE tool per reply, with your reasoning, briefly, as the message text. The "
+                f"tool's result comes back as the next message, before your next step.\n\nExample, for another "
+                f"objective (\"{EXAMPLE_OBJECTIVE}\"): you call {call_text('execute_python', {'code': EXAMPLE_CODE})}; "
+                f"the tool's message says: Observation (step 1): {EXAMPLE_RESULT}; you call "
+                f"{call_text('done', {'answer': EXAMPLE_ANSWER})}.\n\n"
+                "When the objective is achieved, call done with answer: the complete final answer.")
+
+    def raw_reply(self, completion) -> str:
+        calls = "".join(f"\n[tool call {c.name}({c.arguments})]" for c in completion.tool_calls)
+        return (completion.text + calls).strip()
+
+
+FORMAT = ToolsFormat()
