@@ -92,12 +92,19 @@ class Note:
 @dataclass(frozen=True)
 class Summary:
     """What stands in the head for the steps out of view: every step up to `through_step` is folded into `text`;
-    the notes of steps up to `notes_through` are condensed into `notes_digest` (the rest are shown whole)."""
+    the steps after it up to `briefed_through` are shown in brief until the summary takes them in; the notes of
+    steps up to `notes_through` are condensed into `notes_digest` (the rest are shown whole)."""
 
     text: str = ""
     through_step: int = 0
     notes_digest: str = ""
     notes_through: int = 0
+    briefed_through: int = 0
+
+    @property
+    def out_of_view(self) -> int:
+        """Every step up to this one is out of view: in the summary or in brief."""
+        return max(self.through_step, self.briefed_through)
 
 
 def truncate_middle(text: str, counter: TokenCounter, max_tokens: int) -> str:
@@ -177,15 +184,19 @@ class ContextBuilder:
                 f"--max-context-tokens {self.max_tokens} is too small: the system prompt and objective alone take "
                 f"{fixed} tokens; allow at least {fixed + 200}")
 
-    def head(self, objective: str, summary: Summary, notes: list[Note], background: str = "") -> str:
-        """The first user message: what stays put until steps leave the view. `notes`: those of the steps the
-        summary covers and the digest does not, as head_notes orders them."""
+    def head(self, objective: str, summary: Summary, notes: list[Note], background: str = "",
+             briefs: list[Note] = ()) -> str:
+        """The first user message: what stays put until steps leave the view. `notes`: those of the steps out of
+        view that the digest does not hold, as head_notes orders them; `briefs`: the steps in brief."""
         parts = [f"BEFORE THIS OBJECTIVE:\n{background}"] if background else []
         parts.append(f"OBJECTIVE:\n{objective}")
         if summary.through_step:
             steps = "STEP 1" if summary.through_step == 1 else f"STEPS 1-{summary.through_step}"
-            parts.append(f"SUMMARY OF {steps} (no longer shown one by one; the steps after "
-                         f"{summary.through_step} follow below):\n{summary.text}")
+            parts.append(f"SUMMARY OF {steps} (no longer shown one by one; later steps follow below):\n"
+                         f"{summary.text}")
+        if briefs:
+            parts.append(f"STEPS {briefs[0].step}-{briefs[-1].step} IN BRIEF (no longer shown in full; the summary "
+                         f"will take them in):\n" + "\n".join(f"- step {brief.step}: {brief.text}" for brief in briefs))
         if summary.notes_digest:
             parts.append(f"DIGEST OF YOUR NOTES OF STEPS 1-{summary.notes_through} (they outgrew their room, so the "
                          f"summarizer condensed them):\n{summary.notes_digest}")
@@ -193,6 +204,10 @@ class ContextBuilder:
             parts.append("YOUR NOTES (memorize_thoughts), newest first; notes of later steps are in those steps:\n"
                          + "\n".join(f"- (step {note.step}) {note.text}" for note in notes))
         return "\n\n".join(parts)
+
+    def briefs_tokens(self, briefs: list[Note]) -> int:
+        """What steps in brief take of the head, as head() lists them."""
+        return sum(self.counter.count(f"- step {brief.step}: {brief.text}") + 1 for brief in briefs) + 20 * bool(briefs)
 
     def notes_tokens(self, notes: list[Note]) -> int:
         """What notes take of the head, as head() lists them."""

@@ -3,9 +3,11 @@
 - the steps in view, verbatim and append-only: each prompt begins with all of the one before but its tail, so the
   endpoint's prompt cache serves it;
 - a rolling summary of the steps out of view, in the head, saying which steps it covers. A step leaves the view
-  only when the summary covers it: the summary of the oldest steps is prepared in the background (one summarizer
-  call, through `ask`) when the next step will likely not fit, while those steps are still in view, and takes
-  their place when the prompt would pass the budget. If none is ready then, one is made before they leave;
+  only when something in the head stands for it: the summary, or (with no model call) the step in brief — its
+  action and whole sentences of its result around what is distinctive — until the summary takes it in. The summary
+  of the steps in brief is prepared in the background (one summarizer call, through `ask`) once they take half
+  their share, so it is most often ready when it is needed; if it is not and they would outgrow their share, the
+  steps wait for it (or for one made there and then) before they leave;
 - every note the model memorized, whole: in its own step while that is in view, then in the head, newest first.
   If the notes outgrow their share of the budget, the oldest are condensed by the summarizer into a digest, and
   the head says so;
@@ -17,7 +19,7 @@
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from .condense import condense, split_by_tokens, words_for
@@ -36,6 +38,7 @@ RECALL_ITEM_TOKENS = 200  # at most, for one recalled memory
 MIN_ITEM_TOKENS = 30  # less is no use
 OBJECTIVE_REFRESH = 8  # steps between lookups of what is near the objective
 FOLD_ARG_TOKENS = 200  # of a command's argument (code, mostly) in the summarizer's prompt
+FOLD_STEPS = 6  # steps one summarizer call reads at least: each step larger than its share is read in excerpt
 
 FOLD_PROMPT = """You keep the running summary of an autonomous agent's work. Its objective:
 {objective}
@@ -130,6 +133,7 @@ class RunMemory:
         self.last_recalled: list[Recalled] = []
         self.preparing: Preparation | None = None
         self.rendered: dict[int, tuple[list[dict], int]] = {}  # step in view → its messages and their tokens
+        self._briefs: dict[int, str] = {}  # step out of view, not summarized yet → the step in brief
         self._objective_hits: list[Hit] | None = None
         self._objective_hits_at = 0
         self.failure = ""  # why vector memory was turned off mid-run, for the agent to report
@@ -142,11 +146,16 @@ class RunMemory:
         limit, before = self.builder.max_tokens, self.summary
         layout = self._layout(system, steps, next_step, alerts, advice)
         while self._needed(layout) > limit and len(layout.view) > 1:
-            if self.preparing is not None:  # ready, most often: it was started a step or more ago
-                summary, self.preparing = self.preparing.wait(), None
+            last = layout.view[self._leaving(layout) - 1].step  # the last step to leave the view
+            if self.preparing is not None and not self.preparing.thread.is_alive():  # a summary is ready
+                self._adopt(self._take())
+            elif self._briefs_fit(steps, last):  # no call: in brief until the summary takes them in
+                self._adopt(replace(self.summary, briefed_through=last))
+            elif self.preparing is not None:
+                self._adopt(self._take())
             else:
-                summary = self.make_summary(self.summary, layout.view[:self._leaving(layout)], list(steps))
-            self._adopt(summary)
+                leaving = [s for s in steps if self.summary.through_step < s.step <= last]
+                self._adopt(self.make_summary(self.summary, leaving, list(steps)))
             layout = self._layout(system, steps, next_step, alerts, advice)
         squeeze = self._needed(layout) > limit and bool(layout.view)
         if not squeeze:
@@ -156,12 +165,12 @@ class RunMemory:
         return context, (self.summary if context.reshaped else None)
 
     def _view(self, steps: list[StepRecord]) -> list[StepRecord]:
-        return [s for s in steps if s.step > self.summary.through_step]
+        return [s for s in steps if s.step > self.summary.out_of_view]
 
     def _layout(self, system: str, steps: list[StepRecord], next_step: int, alerts: str, advice: str) -> Layout:
         view = self._view(steps)
-        notes = self.head_notes(steps)
-        head = self.builder.head(self.objective, self.summary, notes, self.background)
+        head = self.builder.head(self.objective, self.summary, self.head_notes(steps), self.background,
+                                 self.briefs(steps))
         pairs, counts = [], []
         for record in view:
             pair, tokens = self._rendering(record)
@@ -195,24 +204,65 @@ class RunMemory:
         return max(1, len(older) - keep)
 
     def _prepare(self, layout: Layout, steps: list[StepRecord]) -> None:
-        """When the next step will likely not fit, start summarizing the steps that will leave for it."""
+        """Start summarizing the steps in brief when they take half their share, or when the steps likely to leave
+        for the next step would not fit in brief: the summary is then ready, most often, when it is needed."""
         if self.preparing is not None or not layout.view:
             return
+        briefed = self.briefs(steps)
         likely = max(layout.counts[-3:])  # the next step, judged by the last ones
-        if self._needed(layout) + likely <= self.builder.max_tokens:
-            return
-        leaving = layout.view[:self._leaving(layout, coming=likely)]
+        if self._needed(layout) + likely > self.builder.max_tokens:
+            last = layout.view[self._leaving(layout, coming=likely) - 1].step
+            if not self._briefs_fit(steps, last):
+                self._start(steps, last)
+                return
+        if briefed and self.builder.briefs_tokens(briefed) * 2 >= self.builder.budget.briefs:
+            self._start(steps, briefed[-1].step)
+
+    def _start(self, steps: list[StepRecord], through: int) -> None:
         base, snapshot = self.summary, list(steps)
+        leaving = [s for s in steps if base.through_step < s.step <= through]
         self.preparing = Preparation(lambda: self.make_summary(base, leaving, snapshot))
 
+    def _take(self) -> Summary:
+        """The summary being prepared (waited for), with the steps put in brief since it was started."""
+        summary, self.preparing = self.preparing.wait(), None
+        return replace(summary, briefed_through=max(summary.through_step, self.summary.briefed_through))
+
+    def _briefs_fit(self, steps: list[StepRecord], last: int) -> bool:
+        """Whether the steps out of view would fit their share in brief, were the steps up to `last` to leave."""
+        return self.builder.briefs_tokens(self.briefs(steps, last)) <= self.builder.budget.briefs
+
+    def briefs(self, steps: list[StepRecord], last: int | None = None) -> list[Note]:
+        """The steps out of view the summary does not cover yet (up to `last`, when given), each in brief."""
+        last = self.summary.briefed_through if last is None else last
+        return [Note(s.step, self._brief(s)) for s in steps if self.summary.through_step < s.step <= last]
+
+    def _brief(self, record: StepRecord) -> str:
+        """A step in a few sentences (no model call): the action, and whole sentences of the result around what
+        matters (its distinctive words: names, numbers), repeats collapsed."""
+        if record.step not in self._briefs:
+            if not record.command:
+                text = "a malformed reply"
+            elif record.command == NOTE_COMMAND:
+                text = "memorize_thoughts (the note is under YOUR NOTES)"
+            else:
+                tokens = self.builder.budget.brief
+                arg = truncate_middle(" ".join(record.arg.split()), self.counter, tokens // 4)
+                result = excerpt(record.observation, f"{record.thought} {record.arg}", self.counter, tokens)
+                text = f"{record.command} {arg} → " + (" ".join(result.split()) or "(a long result: see the summary)")
+            self._briefs[record.step] = text
+        return self._briefs[record.step]
+
     def _adopt(self, summary: Summary) -> None:
-        """The summary takes the place of the steps it covers: what left the view must be findable by recall from
-        now on (wait for the writer if it lags)."""
-        left = range(self.summary.through_step + 1, summary.through_step + 1)
+        """The summary (or the steps in brief) take the place of the steps out of view: what left the view must be
+        findable by recall from now on (wait for the writer if it lags)."""
+        left = range(self.summary.out_of_view + 1, summary.out_of_view + 1)
         self._flush_store([f"{self.run_id}:step:{step}" for step in left])
         self.summary = summary
-        for step in [s for s in self.rendered if s <= summary.through_step]:
+        for step in [s for s in self.rendered if s <= summary.out_of_view]:
             del self.rendered[step]
+        for step in [s for s in self._briefs if s <= summary.through_step]:
+            del self._briefs[step]
 
     def _finish(self, system: str, steps: list[StepRecord], layout: Layout, next_step: int, alerts: str,
                 advice: str, squeeze: bool) -> Context:
@@ -240,7 +290,7 @@ class RunMemory:
     def head_notes(self, steps: list[StepRecord]) -> list[Note]:
         """The notes the head shows whole: those of the steps out of view, less the digested ones."""
         return head_notes([Note(s.step, note) for s in steps
-                           if self.summary.notes_through < s.step <= self.summary.through_step for note in s.notes])
+                           if self.summary.notes_through < s.step <= self.summary.out_of_view for note in s.notes])
 
     def _flush_store(self, ids: list[str]) -> None:
         if self.store is not None and self.store.pending(ids):
@@ -293,10 +343,13 @@ class RunMemory:
                 else "There is no summary yet: these are the first steps.")
 
     def _chunks(self, leaving: list[StepRecord], room: int) -> list[tuple[str, int, int]]:
-        """The steps as the summarizer reads them, in chunks of at most `room` tokens (a step too big for one is
-        split between sentences), each with the first and last step it holds."""
+        """The steps as the summarizer reads them, in chunks of at most `room` tokens, each with the first and last
+        step it holds. So that a call reads FOLD_STEPS steps or more, a step larger than its share of one is read
+        as whole sentences around what is distinctive in it (repeats collapsed); a step too big for a chunk is
+        split between sentences."""
+        share = room // FOLD_STEPS
         pieces = [(piece, record.step) for record in leaving
-                  for piece in split_by_tokens(self._for_summarizer(record), self.summarizer_counter, room)]
+                  for piece in split_by_tokens(self._for_summarizer(record, share), self.summarizer_counter, room)]
         chunks: list[tuple[str, int, int]] = []
         current: list[tuple[str, int]] = []
         tokens = 0
@@ -310,12 +363,17 @@ class RunMemory:
         chunks.append(("\n\n".join(p for p, _ in current), current[0][1], current[-1][1]))
         return chunks
 
-    def _for_summarizer(self, record: StepRecord) -> str:
+    def _for_summarizer(self, record: StepRecord, share: int) -> str:
         if not record.command:
             return f"Step {record.step}: a malformed reply.\n{record.observation}"
         arg = ("(a note: kept apart, whole)" if record.command == NOTE_COMMAND
                else truncate_middle(record.arg, self.summarizer_counter, FOLD_ARG_TOKENS))
-        return f"Step {record.step}: {record.command} {arg}\nThought: {record.thought}\nResult:\n{record.observation}"
+        text = f"Step {record.step}: {record.command} {arg}\nThought: {record.thought}\nResult:\n"
+        room = share - self.summarizer_counter.count(text)
+        result = record.observation
+        if self.summarizer_counter.count(result) > room:
+            result = excerpt(result, f"{record.thought} {record.arg}", self.summarizer_counter, room) or result
+        return text + result
 
     def _digest(self, base: Summary, shown: list[Note]) -> tuple[str, int]:
         """The oldest notes (and the digest so far) condensed into one digest; the newest that fit NOTES_KEEP of
@@ -413,7 +471,7 @@ class RunMemory:
         prompt already."""
         if hit.run != self.run_id or hit.kind == "document":
             return False
-        return (hit.kind == "objective" or hit.step > self.summary.through_step
+        return (hit.kind == "objective" or hit.step > self.summary.out_of_view
                 or (hit.kind == "note" and hit.step > self.summary.notes_through))
 
     def _label(self, hit: Hit) -> str:

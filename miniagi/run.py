@@ -192,7 +192,8 @@ class Run:
         if folded:
             self.emit(ev.SummaryFolded(step=state.step, text=folded.text, through_step=folded.through_step,
                                        notes_digest=folded.notes_digest or None,
-                                       notes_through=folded.notes_through or None))
+                                       notes_through=folded.notes_through or None,
+                                       briefed_through=folded.briefed_through or None))
         if self.memory.last_recalled:
             self.emit(ev.Recall(step=number, ids=[item.id for item in self.memory.last_recalled],
                                 items=[item.to_json() for item in self.memory.last_recalled]))

@@ -110,7 +110,8 @@ class RunState:
 
     def _on_SummaryFolded(self, event: ev.SummaryFolded) -> None:
         self.summary = Summary(text=event.text, through_step=event.through_step,
-                               notes_digest=event.notes_digest or "", notes_through=event.notes_through or 0)
+                               notes_digest=event.notes_digest or "", notes_through=event.notes_through or 0,
+                               briefed_through=event.briefed_through or 0)
 
     def _on_CriticReview(self, event: ev.CriticReview) -> None:
         self.criticism = event.text

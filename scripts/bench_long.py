@@ -14,7 +14,9 @@ From each agent request the server received it counts:
 - model calls per agent step, all roles;
 - prefix reuse: the share of each agent prompt (o200k tokens of the rendered messages) that repeats the previous
   agent prompt's beginning, as scripts/bench_cache.py measures it;
-- the largest prompt against the budget (as the budget counts: messages plus their overhead).
+- the largest prompt against the budget (as the budget counts: messages plus their overhead);
+- summary lag: steps out of view that the summary does not cover yet (the most in one prompt, and in the last);
+- summarizer calls, and the prompt tokens of all calls (every role, as the budget counts).
 
     python scripts/bench_long.py                               # budgets 3000 and 8000, the tags protocol
     python scripts/bench_long.py --budgets 2500 --protocols tags,tools,json
@@ -133,11 +135,22 @@ def measure(budget: int, protocol: str, package_root: Path) -> dict:
                               cwd=work, env=env, capture_output=True, text=True)
         if done.returncode != 0:
             raise SystemExit(f"the run failed ({done.returncode}): {done.stderr[-1500:]}")
-        calls = len(llm.requests)
+        calls = list(llm.requests)
     return figures(agent_requests, calls, budget)
 
 
-def figures(requests: list[dict], calls: int, budget: int) -> dict:
+def lag(request: dict) -> int:
+    """Steps before the oldest step in view that the summary does not cover."""
+    text = request_text(dict(request, messages=request["messages"][1:]))  # the system prompt's example is no step
+    shown = [int(n) for n in re.findall(r"Observation \(step (\d+)\)", text)]
+    covered = re.search(r"SUMMARY OF STEPS? (?:1-)?(\d+)", text)
+    if not shown:
+        return 0
+    return max(0, min(shown) - 1 - (int(covered.group(1)) if covered else 0))
+
+
+def figures(requests: list[dict], all_calls: list[dict], budget: int) -> dict:
+    calls = len(all_calls)
     notes = fact_pairs = missing_most = 0
     note_seen = fact_seen = 0
     recalled = cut = 0
@@ -158,7 +171,10 @@ def figures(requests: list[dict], calls: int, budget: int) -> dict:
     sizes = [prompt_tokens(r) for r in requests]
     return {"steps": len(requests), "calls": calls, "notes": (note_seen, notes), "facts": (fact_seen, fact_pairs),
             "missing_most": missing_most, "recalled": recalled, "cut": cut, "fixed": sizes[0],
-            "reuse": reused / sent, "largest": max(sizes), "budget": budget}
+            "reuse": reused / sent, "largest": max(sizes), "budget": budget,
+            "lag": (max(lag(r) for r in requests), lag(requests[-1])),
+            "summarizer": sum(1 for r in all_calls if r["model"] != AGENT_MODEL),
+            "prompt_tokens": sum(prompt_tokens(r) for r in all_calls)}
 
 
 def recalled_items(request: dict) -> list[str]:
@@ -210,6 +226,9 @@ def report(label: str, f: dict) -> None:
     print(f"    calls per step: {f['calls'] / f['steps']:.2f}")
     print(f"    prefix reuse: {100 * f['reuse']:.0f} %")
     print(f"    largest prompt: {f['largest']:,} of {f['budget']:,}")
+    print(f"    summary lag: at most {f['lag'][0]} steps out of view and not summarized; {f['lag'][1]} in the last "
+          f"prompt")
+    print(f"    summarizer calls: {f['summarizer']}; prompt tokens, all calls: {f['prompt_tokens']:,}")
 
 
 def main() -> None:
