@@ -437,8 +437,9 @@ class RunMemory:
         hits, query = list(self._objective_hits), self.objective
         if steps:  # and near what the agent is doing now (a short query: embedding time grows with length)
             latest = steps[-1]
-            detail = "" if latest.command in self.code_commands else f": {latest.arg[:80]}"
-            now = f"{latest.thought[:120]} ({latest.command}{detail})"
+            # no command names: they would bring back every step of another run that used the same command
+            detail = "" if latest.command in self.code_commands else f" ({latest.arg[:80]})"
+            now = f"{latest.thought[:120]}{detail}"
             near = self.store.search_by([self.store.embed_one(now)], RECALL_CANDIDATES, where)
             known = {hit.id for hit in near}
             hits = sorted(near + [hit for hit in hits if hit.id not in known], key=lambda hit: hit.distance)
@@ -494,7 +495,9 @@ class RunMemory:
         text = (f"Thought: {record.thought}\nCommand: {record.command} {record.arg}\nResult:\n{record.observation}"
                 if record.command else f"Malformed reply: {record.raw_reply}\n{record.observation}")
         # embedded: the gist — intent, action and the head of the result — not the whole text
-        key = f"{record.thought[:80]}\n{record.command}\n{record.observation[:100]}" if record.command else text
+        # (no command name: it would make every step with that command look alike)
+        detail = "" if record.command in self.code_commands else f" ({record.arg[:80]})"
+        key = f"{record.thought[:80]}{detail}\n{record.observation[:100]}" if record.command else text
         return MemoryItem(id=f"{self.run_id}:step:{record.step}", text=text, run=self.run_id, kind="step",
                           step=record.step, key=key, workdir=self.workdir)
 
