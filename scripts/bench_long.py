@@ -15,7 +15,8 @@ From each agent request the server received it counts:
 - prefix reuse: the share of each agent prompt (o200k tokens of the rendered messages) that repeats the previous
   agent prompt's beginning, as scripts/bench_cache.py measures it;
 - the largest prompt against the budget (as the budget counts: messages plus their overhead);
-- summary lag: steps out of view that the summary does not cover yet (the most in one prompt, and in the last);
+- summary lag: steps out of view that neither the summary nor the steps in brief stand for (the most in one prompt,
+  and in the last), and the most steps in brief awaiting the summary;
 - summarizer calls, and the prompt tokens of all calls (every role, as the budget counts).
 
     python scripts/bench_long.py                               # budgets 3000 and 8000, the tags protocol
@@ -139,14 +140,18 @@ def measure(budget: int, protocol: str, package_root: Path) -> dict:
     return figures(agent_requests, calls, budget)
 
 
-def lag(request: dict) -> int:
-    """Steps before the oldest step in view that the summary does not cover."""
+def lag(request: dict) -> tuple[int, int]:
+    """Steps before the oldest step in view that neither the summary nor the steps in brief stand for, and those that
+    only the steps in brief stand for (until the summary takes them in)."""
     text = request_text(dict(request, messages=request["messages"][1:]))  # the system prompt's example is no step
     shown = [int(n) for n in re.findall(r"Observation \(step (\d+)\)", text)]
-    covered = re.search(r"SUMMARY OF STEPS? (?:1-)?(\d+)", text)
+    summary = re.search(r"SUMMARY OF STEPS? (?:1-)?(\d+)", text)
+    brief = re.search(r"STEPS (\d+)-(\d+) IN BRIEF", text)
     if not shown:
-        return 0
-    return max(0, min(shown) - 1 - (int(covered.group(1)) if covered else 0))
+        return 0, 0
+    covered = int(summary.group(1)) if summary else 0
+    briefed = int(brief.group(2)) - covered if brief else 0
+    return max(0, min(shown) - 1 - covered - briefed), briefed
 
 
 def figures(requests: list[dict], all_calls: list[dict], budget: int) -> dict:
@@ -172,7 +177,7 @@ def figures(requests: list[dict], all_calls: list[dict], budget: int) -> dict:
     return {"steps": len(requests), "calls": calls, "notes": (note_seen, notes), "facts": (fact_seen, fact_pairs),
             "missing_most": missing_most, "recalled": recalled, "cut": cut, "fixed": sizes[0],
             "reuse": reused / sent, "largest": max(sizes), "budget": budget,
-            "lag": (max(lag(r) for r in requests), lag(requests[-1])),
+            "lag": (max(lag(r)[0] for r in requests), lag(requests[-1])[0], max(lag(r)[1] for r in requests)),
             "summarizer": sum(1 for r in all_calls if r["model"] != AGENT_MODEL),
             "prompt_tokens": sum(prompt_tokens(r) for r in all_calls)}
 
@@ -226,8 +231,8 @@ def report(label: str, f: dict) -> None:
     print(f"    calls per step: {f['calls'] / f['steps']:.2f}")
     print(f"    prefix reuse: {100 * f['reuse']:.0f} %")
     print(f"    largest prompt: {f['largest']:,} of {f['budget']:,}")
-    print(f"    summary lag: at most {f['lag'][0]} steps out of view and not summarized; {f['lag'][1]} in the last "
-          f"prompt")
+    print(f"    summary lag: at most {f['lag'][0]} steps out of view in neither the summary nor brief ({f['lag'][1]} in "
+          f"the last prompt); at most {f['lag'][2]} in brief, awaiting the summary")
     print(f"    summarizer calls: {f['summarizer']}; prompt tokens, all calls: {f['prompt_tokens']:,}")
 
 
