@@ -76,6 +76,16 @@ def test_condense_reduces_hierarchically_to_one_text():
     assert len(calls) > 10
 
 
+def test_the_summarizer_is_not_asked_to_condense_what_is_within_its_target():
+    calls = []
+    text = "A short file of ninety-five words or so. " * 10
+    assert condense(text, calls.append, COUNTER, target_tokens=COUNTER.count(text)) == text and not calls
+    numbers = " ".join(str(4000 + 37 * i) for i in range(200))  # many tokens a word: fewer words asked for
+    condense(numbers, lambda prompt: calls.append(prompt) or "short", COUNTER, target_tokens=100)
+    asked = int(calls[0].split("at most ")[1].split(" words")[0])
+    assert asked < len(numbers.split()) and asked <= 100
+
+
 def test_a_100_step_run_stays_in_budget_recalls_an_old_fact_and_calls_the_model_rarely(llm, isolated):
     budget = 4000
     agent_calls = []

@@ -99,3 +99,47 @@ def test_notes_stay_whole_every_step_is_in_view_or_summarized_and_the_budget_hol
         if number <= len(shapes):
             steps.append(make_step(number, *shapes[number - 1]))
     memory.settle()
+
+
+def test_notes_that_outgrow_their_share_go_into_a_digest_the_prompt_names_and_the_newest_stay_whole():
+    prompts = []
+
+    def ask(prompt):
+        prompts.append(prompt)
+        return "DIGEST: " + " ".join(n.split(":")[0] for n in NOTE.findall(prompt)) if "notes to itself" in prompt \
+            else faithful(prompt)
+
+    budget = 2500
+    memory = RunMemory(builder=ContextBuilder(COUNTER, budget), summarizer_counter=COUNTER, ask_summarizer=ask,
+                       store=None, scope="run", run_id="r", objective="Keep notes")
+    steps = [make_step(n, 300, 0.5, 40 if n % 2 else 0) for n in range(1, 31)]  # a long note every other step
+    for number in range(1, 32):
+        context, _ = memory.context(system=SYSTEM, steps=steps[:number - 1], next_step=number)
+        assert prompt_tokens(context.messages) <= budget
+    head = context.messages[1]["content"]
+    summary = memory.summary
+    assert summary.notes_through and f"DIGEST OF YOUR NOTES OF STEPS 1-{summary.notes_through}" in head
+    assert "outgrew their room" in head and summary.notes_digest in head
+    text = "\n".join(message_text(m) for m in context.messages)
+    later = [s for s in steps if s.notes and s.step > summary.notes_through]
+    assert later and all(s.notes[0] in text for s in later)  # every note the digest does not hold: whole
+    listed = head.split("YOUR NOTES (memorize_thoughts)")[1]
+    assert [int(n) for n in re.findall(r"\(step (\d+)\)", listed)] == sorted(
+        [s.step for s in later if s.step <= summary.out_of_view], reverse=True)  # newest first
+    assert any("notes to itself" in p for p in prompts)
+
+
+def test_recall_shows_whole_sentences_around_what_matters_and_the_newest_version_of_a_note():
+    from memory.excerpt import excerpt, same_note
+
+    log = (FILLER * 6) + "The pump in bay 7 runs at 4259 rpm. " + (FILLER * 6) + "Other plants were not checked."
+    shown = excerpt(log, "pump bay 7", COUNTER, 40)
+    assert "The pump in bay 7 runs at 4259 rpm." in shown  # the sentence that matters, whole
+    assert "[×" in shown or "…" in shown  # repeats collapsed, or what was left out marked between sentences
+    assert "tokens cut" not in shown
+    varied = " ".join(f"Entry {i}: sensor {i} read {100 + i} units at noon." for i in range(40))
+    cut = excerpt(varied, "sensor 17", COUNTER, 30)
+    assert "Entry 17: sensor 17 read 117 units at noon." in cut and COUNTER.count(cut) <= 30
+    assert all(piece.strip().endswith((".", "…")) for piece in cut.split("\n"))  # never inside a sentence
+    assert same_note("Passphrase so far: 1=amber", "Passphrase so far: 1=amber 2=basil 3=cedar")
+    assert not same_note("Passphrase so far: 1=amber", "The build server is hopper-9")
