@@ -450,8 +450,8 @@ class RunMemory:
                 and novelty(hit.text, words) >= NOVELTY]
         chosen: list[Recalled] = []
         for hit in hits:
-            if hit.kind == "note" and any(other.kind == "note" and _newer(other, hit) and same_note(other.text, hit.text)
-                                          for other in hits):
+            if hit.kind == "note" and any(other.kind == "note" and _newer(other, hit)
+                                          and same_note(other.text, hit.text) for other in hits):
                 continue  # a newer version of this note is at hand: it wins
             label = self._label(hit)
             share = min(room if not chosen else room // 2, RECALL_ITEM_TOKENS) - self.counter.count(f"- ({label}) ")

@@ -231,8 +231,8 @@ def report(label: str, f: dict) -> None:
     print(f"    calls per step: {f['calls'] / f['steps']:.2f}")
     print(f"    prefix reuse: {100 * f['reuse']:.0f} %")
     print(f"    largest prompt: {f['largest']:,} of {f['budget']:,}")
-    print(f"    summary lag: at most {f['lag'][0]} steps out of view in neither the summary nor brief ({f['lag'][1]} in "
-          f"the last prompt); at most {f['lag'][2]} in brief, awaiting the summary")
+    print(f"    summary lag: at most {f['lag'][0]} steps out of view in neither the summary nor brief "
+          f"({f['lag'][1]} in the last prompt); at most {f['lag'][2]} in brief, awaiting the summary")
     print(f"    summarizer calls: {f['summarizer']}; prompt tokens, all calls: {f['prompt_tokens']:,}")
 
 
