@@ -116,6 +116,42 @@ class VectorMemory:
                 configuration={"hnsw": {"space": "cosine"}})
         return self._collection
 
+    # --- what the store holds, known without opening it --------------------------------------------------------
+    # Opening chromadb and loading the embedder costs a second or more; a run's first step need not pay for it when
+    # the store can hold nothing for it. A marker file per work directory records that items of it were stored.
+    @property
+    def _markers(self) -> Path:
+        return self.path / "holds"
+
+    def _marker(self, workdir: str) -> Path:
+        import hashlib
+
+        return self._markers / hashlib.sha256(workdir.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+
+    def might_hold(self, where: dict | None = None) -> bool:
+        """False only when the store surely holds nothing matching `where` (a {"workdir"} or {"run"} filter, or
+        None for anything): then recall can skip opening it. A server, or a store from before the markers, might."""
+        if self.url or self._collection is not None:
+            return True
+        if not (self.path / "chroma.sqlite3").exists():
+            return False
+        if not self._markers.is_dir():
+            return True  # written before markers existed: unknown
+        if where and "workdir" in where:
+            return self._marker(where["workdir"]).exists()
+        if where and "run" in where:
+            return self._marker("run:" + where["run"]).exists()
+        return any(self._markers.iterdir())
+
+    def _mark(self, items: list[MemoryItem]) -> None:
+        if self.url:
+            return
+        for name in {item.workdir for item in items if item.workdir} | {"run:" + item.run for item in items}:
+            marker = self._marker(name)
+            if not marker.exists():
+                self._markers.mkdir(parents=True, exist_ok=True)
+                marker.touch()
+
     def embed_one(self, text: str):
         """The vector of a key or query (cut to KEY_CHARS)."""
         return self.embedder.embed([text[:KEY_CHARS]])[0]
@@ -210,6 +246,7 @@ class VectorMemory:
         vectors = [vector for _, vector in pairs]
         for index, vector in zip(missing, fresh):
             vectors[index] = vector
+        self._mark(items)
         for start in range(0, len(items), 4000):  # chromadb caps one write's size
             part = items[start:start + 4000]
             self.collection.upsert(ids=[i.id for i in part], documents=[i.text for i in part],
@@ -255,6 +292,10 @@ class VectorMemory:
     def delete(self, where: dict | None = None) -> int:
         """Delete the items matching where (everything when None); returns how many."""
         collection = self.collection
+        if where is None:  # empty now, for every folder and run
+            for marker in self._markers.iterdir() if self._markers.is_dir() else ():
+                marker.unlink(missing_ok=True)
+            self._markers.mkdir(parents=True, exist_ok=True)
         ids = collection.get(where=where, include=[])["ids"]
         for start in range(0, len(ids), 4000):
             collection.delete(ids=ids[start:start + 4000])

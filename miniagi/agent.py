@@ -54,7 +54,8 @@ class Agent:
             from .model import OpenAIModel
 
             model = OpenAIModel(Endpoint.from_environment(self.environ), self.prices,
-                                request_timeout_s=settings.request_timeout, on_retry=lambda text: self.ui.warn(text))
+                                request_timeout_s=settings.request_timeout,
+                                request_deadline_s=settings.request_deadline, on_retry=lambda text: self.ui.warn(text))
         self.model = model
         interactive = not settings.unattended and sys.stdin is not None and sys.stdin.isatty()
         self.ui = ui or Terminal(interactive=interactive, debug=settings.debug, quiet=quiet)
@@ -92,7 +93,8 @@ class Agent:
         record = self.store.create()
         run = Run(self, record, RunState(objective=objective, make_record=self.step_record), workspace=workspace)
         run.emit(ev.RunStart(time=now_iso(), run_id=record.run_id, objective=objective,
-                             settings=self.settings.to_dict(), follows=previous, background=background,
+                             settings={**self.settings.to_dict(), "workdir": str(self.settings.workdir_path)},
+                             follows=previous, background=background,
                              extra=dict(origin or {})))
         return run
 
@@ -112,9 +114,17 @@ class Agent:
                 for s in recent))
         if state.notes:
             parts.append("Its notes:\n" + "\n".join(f"- {note}" for note in state.notes))
-        parts.append("The Python session carries over: variables, imports and functions defined then are still "
-                     "defined." if python_kept else "Python variables, imports and functions from it are gone (a new "
-                     "Python session); files it wrote remain in the working directory.")
+        if python_kept:
+            parts.append("The Python session carries over: variables, imports and functions defined then are still "
+                         "defined.")
+        else:
+            there = self.store.open(run_id).workdir()
+            here = str(self.settings.workdir_path)
+            parts.append("Python variables, imports and functions from it are gone (a new Python session); " + (
+                "files it wrote remain in the working directory." if there == here else
+                "files it wrote remain where it worked." if there is None else
+                f"it worked in another directory, {there}: its files are there, not in this run's working "
+                f"directory {here}."))
         return truncate_middle("\n".join(parts), self.counter, self.budget.summary)
 
     def resume(self, run_id: str) -> RunResult:

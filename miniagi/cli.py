@@ -73,7 +73,8 @@ def _add_run_options(parser: argparse.ArgumentParser, with_json: bool = True) ->
 def _add_follow_options(parser: argparse.ArgumentParser, what: str) -> None:
     follow = parser.add_mutually_exclusive_group()
     follow.add_argument("-c", "--continue", dest="follow_newest", action="store_true",
-                        help=f"{what} the newest run: its objective, answer, summary and notes are in context")
+                        help=f"{what} the newest run of this work directory: its objective, answer, summary and "
+                             "notes are in context")
     follow.add_argument("--cid", default=None, metavar="RUN_ID", help=f"{what} the given run")
 
 
@@ -112,7 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     show = commands.add_parser("show", help=COMMAND_HELP["show"], description=COMMAND_HELP["show"])
     show.add_argument("run_id", help="the run's id (or an unambiguous prefix of it)")
-    show.add_argument("--raw", action="store_true", help="also print the raw model responses")
+    show.add_argument("--raw", action="store_true", help="also print the raw model responses (and the prompts, kept "
+                      "with --debug)")
     show.add_argument("--json", action="store_true", help="print the result and every trace event as JSON")
     show.add_argument("--home", default=None, help="where runs live [MINIAGI_HOME]")
 
@@ -197,19 +199,24 @@ def cmd_run(args: argparse.Namespace) -> int:
         from .agent import Agent
 
         agent = Agent(settings)
-    result = agent.run(objective, follows=_followed(args, agent.store))
+    result = agent.run(objective, follows=_followed(args, agent.store, settings.workdir_path))
     return _finish(result, args.json)
 
 
-def _followed(args: argparse.Namespace, store) -> str | None:
-    """The run a follow-up continues: -c the newest, --cid the given one."""
+def _followed(args: argparse.Namespace, store, workdir) -> str | None:
+    """The run a follow-up continues: -c the newest of this work directory, --cid the given one."""
     if args.cid:
         return store.open(args.cid).run_id
     if args.follow_newest:
+        here = str(workdir)
         newest = store.results()
-        if not newest:
-            raise ConfigError(f"-c continues the newest run, and there is none under {store.root}")
-        return newest[0]["run_id"]
+        for result in newest:
+            if (result.get("workdir") or store.open(result["run_id"]).workdir()) == here:
+                return result["run_id"]
+        elsewhere = f"; the newest run anywhere is {newest[0]['run_id']}: `--cid {newest[0]['run_id']}` continues " \
+                    "it" if newest else ""
+        raise ConfigError(f"-c continues the newest run of this work directory ({here}), and there is none under "
+                          f"{store.root}{elsewhere}")
     return None
 
 
@@ -220,7 +227,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         from .agent import Agent
 
         agent = Agent(settings)
-    previous, workspace, code = _followed(args, agent.store), None, 0
+    previous, workspace, code = _followed(args, agent.store, settings.workdir_path), None, 0
     interactive = sys.stdin is not None and sys.stdin.isatty()
     try:
         while True:

@@ -184,17 +184,23 @@ class Settings:
         (), parse_names, "an environment variable executed code may see, besides the harmless ones it always sees "
         "(PATH, LANG, LC_*, TERM, TZ, proxies); repeatable, comma-separated in the environment", metavar="NAME",
         repeatable=True)
-    request_timeout: float = option(120.0, parse_positive_float, "give up on a model request that answers nothing "
-                                    "for S seconds (retried once, then the run stops, resumable)", metavar="S")
-    max_reply_tokens: int = option(2000, parse_positive_int, "cap on the length of the agent's reply (a reply cut off "
-                                   "there is not run; the model is told to send a shorter one)", metavar="N")
+    request_timeout: float = option(120.0, parse_positive_float, "the longest silence allowed in a model's reply, "
+                                    "in seconds: before its first piece (the prompt being read) and between two "
+                                    "pieces as it streams (retried once, then the run stops, resumable)", metavar="S")
+    request_deadline: float | None = option(
+        None, parse_positive_float, "total time allowed for one model request, however steadily it streams",
+        shown_default="--request-timeout + the reply cap at 2 tokens/s", metavar="S")
+    max_reply_tokens: int = option(2000, parse_positive_int, "cap on the length of each model reply (an agent's reply "
+                                   "cut off there is not run; the model is told to send a shorter one)", metavar="N")
+    max_calls: int = option(500, parse_positive_int, "limit on model calls in one run, every role and path counted: "
+                            "summaries, critic, process_data, calls from code (exit 3)", metavar="N")
     read_timeout: float = option(60.0, parse_positive_float, "total time allowed to read one file or URL "
                                  "(ingest_data, process_data)", metavar="S")
     yes: bool = option(False, parse_bool, "run commands without asking for approval", negated_alias="PROMPT_USER",
                        short="-y")
     unattended: bool = option(False, parse_bool, "never wait for a person (implied when stdin is not a terminal)")
-    debug: bool = option(False, parse_bool, "print each full context and raw model response; keep full prompts in "
-                         "the trace", aliases=("DEBUG",))
+    debug: bool = option(False, parse_bool, "print each full context (the system prompt once) and each raw model "
+                         "reply as it streams; keep full prompts in the trace", aliases=("DEBUG",))
     memory_scope: str = option("workdir", parse_memory_scope, "what recall searches: workdir (the runs of this work "
                                "directory), global (all runs), run (this run only) or off (no vector memory)",
                                metavar="SCOPE")
@@ -264,7 +270,7 @@ def options_table() -> str:
         if extra:
             names += f" ({', '.join(extra)})"
         default = opt.shown_default or (f"`{opt.default_text}`" if opt.default_text else "")
-        rows.append(f"| `{flags}` | {names} | {default} | {opt.help.replace('|', '/')} |")
+        rows.append(f"| `{flags}` | {names} | {default} | {opt.help.replace('|', '/').replace('<', '&lt;')} |")
     return "\n".join(rows) + "\n"
 
 

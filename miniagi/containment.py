@@ -11,7 +11,7 @@ Every execute_python worker and execute_shell command gets:
   an allow-listed environment.
 
 This contains accidents and runaway code; it is not a security boundary against hostile code, which can still read
-and write whatever the user can. For that, run miniagi in a container (see the README).
+and write whatever the user can. For that, run miniagi in a container (see docs/sandbox.md).
 """
 
 from __future__ import annotations

@@ -70,6 +70,9 @@ class ModelCall(Event):
     saved_usd: float = 0.0
     latency_s: float = 0.0
     finish_reason: str | None = None
+    first_token_s: float | None = optional()  # streamed: seconds to the reply's first piece (the prompt's reading)
+    generation_s: float | None = optional()  # streamed: seconds from the first piece to the end
+    tokens_per_s: float | None = optional()  # streamed: completion tokens / generation_s
     tool_calls: list | None = optional()  # native tool calls of the reply (--protocol tools): {id, name, arguments}
     messages: list | None = optional()  # the request, with --debug
 

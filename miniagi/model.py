@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Protocol, Union
 
@@ -47,6 +48,12 @@ class Completion:
     finish_reason: str = "stop"  # "length": the reply was cut off at the token limit
     cached_tokens: int = 0  # prompt tokens the endpoint served from its prefix cache
     tool_calls: tuple[ToolCall, ...] = ()
+    first_token_s: float | None = None  # streamed: from sending the request to the reply's first piece
+    generation_s: float | None = None  # streamed: from the first piece to the end of the reply
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return self.completion_tokens / self.generation_s if self.generation_s else None
 
 
 class Model(Protocol):
@@ -54,7 +61,8 @@ class Model(Protocol):
                  stop: list[str] | None = None, **request: Any) -> Completion:
         """One chat completion; `role` (agent | summarizer | critic) says who is asking; `max_tokens` caps the
         reply and `stop` ends it early. `request` holds what the protocol adds: `tools`, `response_format` (a
-        list of formats, most wanted first: the first the endpoint takes is used) and `temperature`."""
+        list of formats, most wanted first: the first the endpoint takes is used) and `temperature`; and
+        `on_piece`, told each piece of the reply as it streams in (a model that does not stream never calls it)."""
 
 
 class ModelUnavailable(Exception):
@@ -118,6 +126,16 @@ class PriceTable:
         return ((prompt_tokens - cached) * per_input + cached * per_cached
                 + completion_tokens * per_output) / 1_000_000
 
+    def ceiling(self, model: str, messages: list[Message], max_tokens: int, tools: list[dict] | None = None) -> float:
+        """The most a call can cost: its prompt as counted here (tool schemas included), and a reply of
+        max_tokens. Nothing is counted for a model that costs nothing."""
+        if not any(self.price(model)):
+            return 0.0
+        from memory.tokens import counter_for
+
+        schemas = counter_for(model).count(json.dumps(tools)) if tools else 0
+        return self.cost(model, count_prompt_tokens(messages, model) + schemas, max_tokens)
+
     def saved(self, model: str, cached_tokens: int) -> float:
         """What the cache saved: cached tokens at the input price less the cached price."""
         per_input, _, per_cached = self.price(model)
@@ -139,7 +157,7 @@ def load_prices(path: str) -> dict[str, tuple[float, float, float]]:
                           f"in USD per 1M tokens, the cached price optional ({exc})") from None
 
 
-def _count_prompt_tokens(messages: list[Message], model: str) -> int:
+def count_prompt_tokens(messages: list[Message], model: str) -> int:
     from memory.context import message_text
     from memory.tokens import counter_for
 
@@ -148,10 +166,16 @@ def _count_prompt_tokens(messages: list[Message], model: str) -> int:
 
 
 class OpenAIModel:
-    """Any OpenAI-compatible chat endpoint (OpenAI, Ollama, vLLM, llama.cpp server, LM Studio, gateways)."""
+    """Any OpenAI-compatible chat endpoint (OpenAI, Ollama, vLLM, llama.cpp server, LM Studio, gateways).
+
+    Every request is streamed, so that `request_timeout_s` can mean the longest silence between two chunks (before
+    the first one it also covers reading the prompt): a slow model that keeps sending is never cut, a silent one is
+    caught. A deadline bounds the whole request (an endpoint trickling a byte at a time still ends), and reading
+    stops once a reply runs past its cap. Leaving a stream early closes the connection, which makes llama.cpp's
+    server and vLLM stop generating."""
 
     def __init__(self, endpoint: Endpoint, prices: PriceTable | None = None, *, backoff: Backoff = Backoff(),
-                 request_timeout_s: float = 120.0, timeout_retries: int = 1,
+                 request_timeout_s: float = 120.0, request_deadline_s: float | None = None, timeout_retries: int = 1,
                  on_retry: Callable[[str], None] | None = None):
         import httpx
         import openai
@@ -163,15 +187,16 @@ class OpenAIModel:
         self.retries = backoff.attempts - 1
         self.timeout_retries = timeout_retries  # a silent endpoint costs request_timeout_s per try: few tries
         self.request_timeout_s = request_timeout_s
+        self.request_deadline_s = request_deadline_s  # None: scaled with each request's cap (request_deadline)
         self.on_retry = on_retry  # told about each wait, so a 10 s Retry-After does not look like a hang
         self._refused: dict[str, set[str]] = {}  # model → request parameters the endpoint rejected for it
+        self._told: set[str] = set()  # what was said once already (a server that streams without usage)
         # a local server needs no key, but the client insists on one
         self.client = openai.OpenAI(
             api_key=endpoint.api_key or "not-needed",
             base_url=endpoint.base_url,
             max_retries=0,  # we retry ourselves (retry.py says why), so every attempt is bounded and visible
-            # no byte for request_timeout_s (between bytes, not in all): a hung server is caught, and a long
-            # generation that is still sending is not cut
+            # between bytes, not in all: the silence between chunks and the deadline are kept while reading
             timeout=httpx.Timeout(request_timeout_s, connect=min(10.0, request_timeout_s)),
         )
 
@@ -191,7 +216,8 @@ class OpenAIModel:
 
     def complete(self, messages: list[Message], *, model: str, role: str = "agent", max_tokens: int | None = None,
                  stop: list[str] | None = None, tools: list[dict] | None = None,
-                 response_format: list[dict] | None = None, temperature: float | None = None) -> Completion:
+                 response_format: list[dict] | None = None, temperature: float | None = None,
+                 on_piece: Callable[[str], None] | None = None) -> Completion:
         while True:
             options = self._options(model, max_tokens, stop, temperature)
             refused = self._refused.get(model, set())
@@ -201,7 +227,10 @@ class OpenAIModel:
             if tools:
                 options["tools"] = tools
             try:
-                return self._complete(messages, model, options)
+                return self._complete(messages, model, options, max_tokens or UNCAPPED_REPLY_TOKENS, on_piece)
+            except BrokenStream as broken:
+                self._refused.setdefault(model, set()).update(("stream", "stream_options"))
+                self._tell(f"{broken} for {model}: asking without streaming")
             except ModelError as error:
                 self._refusal(model, options, formats, str(error))
 
@@ -209,12 +238,12 @@ class OpenAIModel:
         """Learn from a request the endpoint refused what to leave out next time; re-raise when nothing can be.
         A response_format it refuses is replaced by the next one wanted (in the end by plain text); a parameter it
         names (o-series models want max_completion_tokens and take no stop or temperature; some local servers
-        reject either) is left out."""
+        reject either, or `stream`) is left out."""
         refused = self._refused.setdefault(model, set())
         named = [name for name in options if name not in ("tools", "response_format")
                  and re.search(rf"\b{name}\b", error)]
         if named:
-            refused.update(named)
+            refused.update(named + (["stream_options"] if "stream" in named else []))
             self._tell(f"the endpoint does not take {', '.join(named)} for {model}: asking without it")
             return
         if "response_format" in options:
@@ -232,10 +261,19 @@ class OpenAIModel:
         if self.on_retry is not None:
             self.on_retry(text)
 
+    def _tell_once(self, text: str) -> None:
+        if text not in self._told:
+            self._told.add(text)
+            self._tell(text)
+
     def _options(self, model: str, max_tokens: int | None, stop: list[str] | None,
                  temperature: float | None = None) -> dict:
         refused = self._refused.get(model, set())
         options: dict = {}
+        if "stream" not in refused:
+            options["stream"] = True
+            if "stream_options" not in refused:  # usage in the last chunk (OpenAI, vLLM, llama.cpp, Ollama)
+                options["stream_options"] = {"include_usage": True}
         if max_tokens:
             if "max_tokens" not in refused:
                 options["max_tokens"] = max_tokens
@@ -247,82 +285,350 @@ class OpenAIModel:
             options["temperature"] = temperature
         return options
 
-    def _complete(self, messages: list[Message], model: str, options: dict) -> Completion:
+    def deadline(self, cap: int) -> float:
+        """The most one request may take: --request-deadline, or the first-chunk allowance plus the cap at a slow
+        floor rate."""
+        return self.request_deadline_s or request_deadline(self.request_timeout_s, cap)
+
+    def _complete(self, messages: list[Message], model: str, options: dict, cap: int,
+                  on_piece: Callable[[str], None] | None) -> Completion:
         import openai
 
         where = self.endpoint.base_url or "the OpenAI API"
+        deadline_s = self.deadline(cap)
+        silence = f"the model endpoint {where} sent nothing for {self.request_timeout_s:g} s (--request-timeout)"
         problem, timeouts, attempts, last_failure = "", 0, 0, None
         for attempt in range(self.retries + 1):
             attempts += 1
             started = time.monotonic()
             try:
-                response = self.client.chat.completions.create(model=model, messages=messages, **options)
-                if isinstance(response, str) or not hasattr(response, "choices"):
-                    raise BadResponse(f"the endpoint {where} answered 200 with a body that is not a chat completion "
-                                      f"({str(response)[:80]!r})")
-                return self._completion(response, messages, model, time.monotonic() - started)
+                # the wait for the answer's headers (llama.cpp sends them with the first token) is bounded too
+                timeout = type(self.client.timeout)(min(self.request_timeout_s, deadline_s),
+                                                    connect=min(10.0, self.request_timeout_s))
+                with self.client.chat.completions.with_streaming_response.create(
+                        model=model, messages=messages, timeout=timeout, **options) as response:
+                    reply = read_reply(response.http_response, started, silence_s=self.request_timeout_s,
+                                       deadline_s=deadline_s, cap=cap, on_piece=on_piece)
+                return self._completion(reply, messages, model, options, cap, started)
             except openai.AuthenticationError:
                 raise ModelRejected(f"the endpoint {where} rejected the API key: set a valid OPENAI_API_KEY") from None
             except openai.NotFoundError as exc:
                 raise ModelRejected(f"the endpoint {where} does not know model {model!r} (or the URL is wrong): "
-                                    f"check --model / MINIAGI_MODEL and OPENAI_BASE_URL ({_error_text(exc)})") from None
+                                    f"check --model / MINIAGI_MODEL and OPENAI_BASE_URL ({_error_text(exc)})"
+                                    f"{_missing_v1(self.endpoint.base_url)}") from None
             except openai.PermissionDeniedError as exc:
                 raise ModelRejected(f"the endpoint {where} refused access to {model!r}: {_error_text(exc)}") from None
-            except openai.APITimeoutError as exc:  # a silent server costs request_timeout_s a try: few tries
-                problem, error = (f"the model endpoint {where} sent nothing for {self.request_timeout_s:g} s "
-                                  f"(--request-timeout)"), exc
+            except (openai.APITimeoutError, Silent) as exc:  # a silent server costs request_timeout_s a try
+                if time.monotonic() - started >= deadline_s:
+                    problem = _past_deadline(where, deadline_s)
+                    break
+                problem, error = silence, exc
                 timeouts += 1
                 if timeouts > self.timeout_retries:
                     break
+            except PastDeadline:  # a trickle would trickle again: not retried
+                problem = _past_deadline(where, deadline_s)
+                break
             except (openai.APIConnectionError, openai.RateLimitError) as exc:
+                if _tls_mismatch(exc):  # https:// to a server that speaks plain http: retrying cannot help
+                    raise ModelRejected(f"the endpoint {where} does not speak TLS (https): a local server usually "
+                                        f"wants http:// — set OPENAI_BASE_URL={_as_http(where)}") from None
                 problem, error = _describe(exc, where), exc
+            except Dropped as exc:
+                problem, error = f"the connection to the model endpoint {where} dropped mid-reply ({exc})", exc
+            except FailedMidReply as exc:
+                problem, error = f"the model endpoint {where} failed mid-reply: {exc}", exc
             except openai.APIStatusError as exc:
                 failure = (exc.status_code, _error_text(exc))
                 if exc.status_code not in (408, 409) and exc.status_code < 500:
                     raise ModelError(f"the endpoint answered {exc.status_code}: {failure[1]}") from None
-                if failure == last_failure and exc.status_code not in (502, 503, 504):
-                    # the same server error twice ("Conversation roles must alternate"): it is the request, not
-                    # the server's state, and retrying will not change it
+                if failure == last_failure and names_the_request(failure[1], options):
+                    # the chat template's "Conversation roles must alternate", a field it does not know: the
+                    # request is at fault, and sending it a third time will not change the answer
                     raise ModelError(f"the endpoint answered {exc.status_code} twice with the same error: "
                                      f"{failure[1]}") from None
                 last_failure = failure
                 problem, error = _describe(exc, where), exc
-            except (BadResponse, ValueError, UnicodeDecodeError) as exc:  # a 200 whose body is not JSON / UTF-8
-                problem, error = (str(exc) if isinstance(exc, BadResponse) else
-                                  f"the endpoint {where} answered with a body that is not valid JSON "
-                                  f"({type(exc).__name__}: {str(exc)[:80]})"), exc
+            except BadResponse as exc:  # a 200 whose body is not a completion (not JSON, not UTF-8, too large)
+                problem, error = str(exc), exc
             if attempt < self.retries:
                 delay = self._delay(attempt, error)
                 if self.on_retry is not None:
                     self.on_retry(f"{problem}; retrying in {delay:.0f} s (attempt {attempt + 2} of "
                                   f"{self.retries + 1})")
                 time.sleep(delay)
-        raise ModelUnavailable(f"{problem} (gave up after {attempts} attempts)")
+        raise ModelUnavailable(f"{problem} (gave up after {attempts} attempt{'s' if attempts > 1 else ''})")
 
-    def _completion(self, response, messages: list[Message], model: str, latency: float) -> Completion:
-        choice = response.choices[0] if response.choices else None
-        text = (choice.message.content if choice and choice.message else None) or ""
-        usage = getattr(response, "usage", None)
-        if usage and usage.prompt_tokens is not None:
-            prompt_tokens, completion_tokens = usage.prompt_tokens, usage.completion_tokens or 0
-        else:  # some local servers report no usage: count it ourselves
-            from memory.tokens import counter_for
-
-            prompt_tokens = _count_prompt_tokens(messages, model)
-            completion_tokens = counter_for(model).count(text)
-        cached = cached_prompt_tokens(response)
-        calls = tuple(ToolCall(call.id or f"call_{i}", call.function.name or "", call.function.arguments or "")
-                      for i, call in enumerate((choice.message.tool_calls if choice and choice.message else None) or ())
-                      if getattr(call, "function", None) is not None)
-        return Completion(text=text, model=response.model or model, prompt_tokens=prompt_tokens,
+    def _completion(self, reply: "Reply", messages: list[Message], model: str, options: dict, cap: int,
+                    started: float) -> Completion:
+        ended = time.monotonic()
+        where = self.endpoint.base_url or "the OpenAI API"
+        if reply.streamed and not reply.done and reply.finish_reason is None and not reply.past_cap:
+            raise BrokenStream("the endpoint's stream ended before the reply did (no finish_reason, no [DONE])")
+        if reply.past_cap:
+            self._tell(f"the model endpoint {where} sent more than the {cap}-token cap (max_tokens): stopped "
+                       f"reading, and took the reply as cut off")
+        calls = tuple(ToolCall(call["id"] or f"call_{i}", call["name"],
+                               "".join(call["arguments"])[:cap * CHARS_PER_TOKEN_BOUND])
+                      for i, call in enumerate(reply.calls[index] for index in sorted(reply.calls)))
+        text = "".join(reply.text)[:cap * CHARS_PER_TOKEN_BOUND]
+        prompt_tokens, completion_tokens = self._usage(reply, messages, model, options, cap,
+                                                       text + "".join(call.arguments for call in calls))
+        cached = min(cached_prompt_tokens(reply.usage, reply.timings), prompt_tokens)
+        streamed = reply.streamed and reply.first_at is not None
+        return Completion(text=text, model=reply.model or model, prompt_tokens=prompt_tokens,
                           completion_tokens=completion_tokens,
-                          cost_usd=self.prices.cost(model, prompt_tokens, completion_tokens, cached), latency_s=latency,
-                          finish_reason=(choice.finish_reason if choice else None) or "stop", cached_tokens=cached,
-                          tool_calls=calls)
+                          cost_usd=self.prices.cost(model, prompt_tokens, completion_tokens, cached),
+                          latency_s=ended - started,
+                          finish_reason="length" if reply.past_cap else reply.finish_reason or "stop",
+                          cached_tokens=cached, tool_calls=calls,
+                          first_token_s=reply.first_at - started if streamed else None,
+                          generation_s=ended - reply.first_at if streamed else None)
+
+    def _usage(self, reply: "Reply", messages: list[Message], model: str, options: dict, cap: int,
+               text: str) -> tuple[int, int]:
+        """The reply's (prompt, completion) tokens as the endpoint reports them, when they are plausible: some
+        servers report none when streaming, some report nonsense (negative, or more than was sent or allowed).
+        Otherwise counted here."""
+        usage = reply.usage or {}
+        prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+        # a token stands for a byte of the request or more (its JSON, tool schemas included), plus the template's
+        request_bytes = len(json.dumps([messages, options.get("tools")], ensure_ascii=False).encode())
+        plausible = (_whole(prompt) and 0 < prompt <= request_bytes + 1000
+                     and _whole(completion) and 0 <= completion <= cap + PAST_CAP_SLACK)
+        if plausible and not reply.past_cap:
+            return prompt, completion
+        if not reply.past_cap:
+            self._tell_once(f"the model endpoint reports no token usage for {model}: counting tokens here" if not usage
+                            else f"the model endpoint reported implausible token usage for {model} (prompt {prompt!r},"
+                                 f" completion {completion!r}): counting tokens here")
+        from memory.tokens import counter_for
+
+        # a reply that ended by itself kept to its cap, whatever a tokenizer of another model counts
+        completion = counter_for(model).count(text)
+        return count_prompt_tokens(messages, model), completion if reply.past_cap else min(completion, cap)
 
     def _delay(self, attempt: int, exc: Exception) -> float:
         response = getattr(exc, "response", None)
         return self.backoff.delay(attempt, retry_after(getattr(response, "headers", None)))
+
+
+# --- reading a reply ------------------------------------------------------------------------------------------------
+SLOW_FLOOR_TOKENS_PER_S = 2.0  # the default deadline lets a reply arrive this slowly (a large model on a CPU)
+UNCAPPED_REPLY_TOKENS = 16_384  # a request without max_tokens is bounded as if it had this cap
+PAST_CAP_SLACK = 16  # chunks past max_tokens before a reply is taken to ignore its cap
+CHARS_PER_TOKEN_BOUND = 32  # a reply's text longer than its cap × this is past any tokenizer's cap
+BYTES_PER_TOKEN_BOUND = 1024  # a streamed chunk wraps each token in ~200 bytes of JSON
+
+
+def request_deadline(request_timeout_s: float, cap: int) -> float:
+    """The default total time of one request: the first-chunk allowance (--request-timeout), then the reply's cap
+    at a slow floor rate (2000 tokens: 120 + 1000 s)."""
+    return request_timeout_s + cap / SLOW_FLOOR_TOKENS_PER_S
+
+
+class Silent(Exception):
+    """Nothing arrived, or nothing complete, for --request-timeout."""
+
+
+class PastDeadline(Exception):
+    """The request took longer than its deadline."""
+
+
+class Dropped(Exception):
+    """The connection broke mid-reply."""
+
+
+class FailedMidReply(Exception):
+    """The stream carried an error instead of the rest of the reply."""
+
+
+class BrokenStream(Exception):
+    """The stream ended without saying the reply was complete: the endpoint is asked without streaming."""
+
+
+@dataclass
+class Reply:
+    """What arrived of one reply, streamed or not, gathered into what a non-streamed reply would say."""
+
+    streamed: bool
+    text: list[str] = field(default_factory=list)
+    length: int = 0  # characters of text and tool-call arguments so far
+    calls: dict[int, dict] = field(default_factory=dict)  # index → {"id", "name", "arguments": [pieces]}
+    finish_reason: str | None = None
+    usage: dict | None = None
+    timings: dict | None = None  # llama.cpp's
+    model: str | None = None
+    pieces: int = 0  # chunks that carried some of the reply
+    first_at: float | None = None
+    done: bool = False  # [DONE] came
+    past_cap: bool = False  # reading stopped: the reply ran past its cap
+
+    def take(self, chunk: dict, now: float, on_piece: Callable[[str], None] | None) -> None:
+        """One chunk of a stream (`delta`s), or a whole non-streamed body (`message`)."""
+        self.model = self.model or _text_or_none(chunk.get("model"))
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = chunk["usage"]
+        if isinstance(chunk.get("timings"), dict):
+            self.timings = chunk["timings"]
+        choices = chunk.get("choices")
+        for choice in choices if isinstance(choices, list) else ():
+            if not isinstance(choice, dict) or choice.get("index", 0) not in (0, None):
+                continue
+            delta = choice.get("delta") if self.streamed else choice.get("message")
+            delta = delta if isinstance(delta, dict) else {}
+            pieces = [_content(delta.get("content"))]
+            self.text.append(pieces[0])
+            thinking = _text_or_none(delta.get("reasoning_content") or delta.get("reasoning")) or ""
+            calls = delta.get("tool_calls")
+            for position, call in enumerate(calls if isinstance(calls, list) else ()):
+                if isinstance(call, dict):
+                    pieces.append(self._call(call, position))
+            if any(pieces) or thinking:
+                self.pieces += 1
+                self.first_at = self.first_at or now
+                self.length += sum(map(len, pieces))
+                if on_piece is not None:
+                    on_piece("".join(pieces))
+            if choice.get("finish_reason"):
+                self.finish_reason = str(choice["finish_reason"])
+
+    def _call(self, call: dict, position: int) -> str:
+        """A tool call's piece, put together as the OpenAI SDK does: by index, the arguments concatenated; the id
+        and the name kept once (some servers repeat them in every piece)."""
+        index = call.get("index", position)
+        gathered = self.calls.setdefault(index if isinstance(index, int) else position,
+                                         {"id": "", "name": "", "arguments": []})
+        function = call.get("function") if isinstance(call.get("function"), dict) else {}
+        gathered["id"] = gathered["id"] or _text_or_none(call.get("id")) or ""
+        name = _text_or_none(function.get("name")) or ""
+        if name and name != gathered["name"]:
+            gathered["name"] += name
+        arguments = function.get("arguments")
+        if arguments is not None and not isinstance(arguments, str):  # some servers send the object itself
+            arguments = json.dumps(arguments, ensure_ascii=False)
+        if arguments:
+            gathered["arguments"].append(arguments)
+        return arguments or ""
+
+    def over(self, cap: int) -> bool:
+        return self.pieces > cap + PAST_CAP_SLACK or self.length > cap * CHARS_PER_TOKEN_BOUND
+
+
+def read_reply(http, started: float, *, silence_s: float, deadline_s: float, cap: int,
+               on_piece: Callable[[str], None] | None = None) -> Reply:
+    """Read an answer as it arrives: server-sent events (a stream), or one JSON body (a server that does not
+    stream). Raises Silent when no complete chunk came for `silence_s`, PastDeadline past `deadline_s` from
+    `started`, Dropped when the connection breaks; stops at the end, or once the reply runs past `cap`."""
+    lib = sys.modules[type(http).__module__.split(".")[0]]  # httpx, or the fork the openai client uses
+    streamed = "text/event-stream" in http.headers.get("content-type", "")
+    reply, bound = Reply(streamed), cap * BYTES_PER_TOKEN_BOUND + 1_000_000
+    buffer, event, size, last_event = bytearray(), [], 0, started
+    try:
+        for data in http.iter_bytes():
+            now = time.monotonic()
+            if not size and data.lstrip().startswith(b"data:"):  # events, though not said in the content type
+                reply.streamed = streamed = True
+            size += len(data)
+            buffer += data
+            if not streamed:
+                if size > bound:
+                    raise BadResponse(f"the model endpoint's answer is larger than {bound // 1_000_000} MB for a "
+                                      f"{cap}-token reply: not read")
+                if now - started > deadline_s:
+                    raise PastDeadline()
+                continue
+            lines = buffer.split(b"\n")
+            buffer = bytearray(lines.pop())
+            for line in lines:
+                line = line.rstrip(b"\r")
+                if line.startswith(b"data:"):
+                    event.append(line[5:].removeprefix(b" "))
+                elif not line and event:  # an event is complete
+                    last_event = now
+                    _dispatch(reply, b"\n".join(event), now, on_piece)
+                    event = []
+                elif line.startswith(b":"):  # a comment: a proxy's keep-alive
+                    last_event = now
+            if reply.done:  # the body's end follows (read, so that the connection is kept for the next request)
+                continue
+            if reply.over(cap) or size > bound:
+                reply.past_cap = True
+                return reply
+            if now - started > deadline_s:
+                raise PastDeadline()
+            if now - last_event > silence_s:  # bytes, but no chunk: a trickle
+                raise Silent()
+    except lib.TimeoutException:
+        if not reply.done:  # after [DONE], a server that holds the connection open has still answered
+            raise Silent() from None
+    except lib.TransportError as exc:
+        if not reply.done:
+            raise Dropped(str(exc) or type(exc).__name__) from None
+    if not streamed:
+        body = _json_body(bytes(buffer))
+        if not isinstance(body.get("choices"), list):
+            raise BadResponse(f"the model endpoint answered 200 with a body that is not a chat completion "
+                              f"({bytes(buffer[:80])!r})")
+        reply.take(body, time.monotonic(), on_piece)
+        reply.past_cap = reply.over(cap)
+    elif event:  # the last event, when the stream ends without its blank line
+        _dispatch(reply, b"\n".join(event), time.monotonic(), on_piece)
+    return reply
+
+
+def _dispatch(reply: Reply, data: bytes, now: float, on_piece) -> None:
+    if data.strip() == b"[DONE]":
+        reply.done = True
+        return
+    chunk = _json_body(data)
+    if "error" in chunk and not chunk.get("choices"):
+        error = chunk["error"]
+        raise FailedMidReply(str(error.get("message") if isinstance(error, dict) else error)[:300])
+    reply.take(chunk, now, on_piece)
+
+
+def _json_body(data: bytes) -> dict:
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, nested past what a parser follows
+        raise BadResponse(f"the model endpoint answered with a body that is not valid JSON "
+                          f"({type(exc).__name__}: {str(exc)[:80]})") from None
+    if not isinstance(value, dict):
+        raise BadResponse(f"the model endpoint answered 200 with a body that is not a chat completion "
+                          f"({data[:80]!r})")
+    return value
+
+
+def _content(value) -> str:
+    """A message's text: a string, or the text parts of a list of parts."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "".join(part.get("text") or "" for part in value if isinstance(part, dict)
+                       and isinstance(part.get("text"), str))
+    return ""
+
+
+def _text_or_none(value) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _past_deadline(where: str, deadline_s: float) -> str:
+    return (f"the model endpoint {where} did not finish its reply within {deadline_s:g} s (the request deadline, "
+            f"--request-deadline)")
+
+
+def names_the_request(error: str, options: dict) -> bool:
+    """A server error that names something of the request (the chat template's role rule, a field or parameter it
+    does not know) comes back the same however often the request is sent; a bare 500 may not."""
+    names = "|".join(re.escape(name) for name in [*options, "messages", "schema", "template"])
+    return bool(re.search(rf"roles? must alternate|\b(?:unknown|unsupported|unrecognized|invalid) "
+                          rf"(?:field|parameter|argument|key)|\b(?:{names})\b", error, re.I))
 
 
 def format_name(response_format: dict) -> str:
@@ -331,22 +637,17 @@ def format_name(response_format: dict) -> str:
     return kind + ("+schema" if "schema" in response_format else "")
 
 
-def cached_prompt_tokens(response) -> int:
+def cached_prompt_tokens(usage: dict | None, timings: dict | None = None) -> int:
     """Prompt tokens served from the endpoint's cache, as each kind of server reports them: OpenAI, vLLM and
     llama.cpp (usage.prompt_tokens_details.cached_tokens), DeepSeek (usage.prompt_cache_hit_tokens),
     Anthropic-style gateways (usage.cache_read_input_tokens), llama.cpp's own timings (timings.cache_n)."""
-    usage = getattr(response, "usage", None)
-    candidates = []
-    if usage is not None:
-        details = getattr(usage, "prompt_tokens_details", None)
-        candidates.append(getattr(details, "cached_tokens", None) if details is not None else None)
-        extra = getattr(usage, "model_extra", None) or {}
-        candidates += [extra.get("prompt_cache_hit_tokens"), extra.get("cache_read_input_tokens")]
-    timings = (getattr(response, "model_extra", None) or {}).get("timings")
-    if isinstance(timings, dict):
-        candidates.append(timings.get("cache_n"))
+    usage = usage if isinstance(usage, dict) else {}
+    details = usage.get("prompt_tokens_details")
+    candidates = [details.get("cached_tokens") if isinstance(details, dict) else None,
+                  usage.get("prompt_cache_hit_tokens"), usage.get("cache_read_input_tokens"),
+                  timings.get("cache_n") if isinstance(timings, dict) else None]
     for value in candidates:
-        if isinstance(value, int) and value > 0:
+        if _whole(value) and value > 0:
             return value
     return 0
 
@@ -358,6 +659,36 @@ def _error_text(exc: Exception) -> str:
         if inner.get("message"):
             return str(inner["message"])
     return str(getattr(exc, "message", None) or exc)
+
+
+def _tls_mismatch(exc: BaseException) -> bool:
+    """Whether a connection failed in the TLS handshake because the server answered in plain text."""
+    import ssl
+
+    seen = 0
+    while exc is not None and seen < 10:
+        if isinstance(exc, ssl.SSLError) and any(word in str(exc) for word in ("WRONG_VERSION_NUMBER",
+                                                                               "record layer failure",
+                                                                               "PACKET_LENGTH_TOO_LONG")):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
+def _as_http(url: str) -> str:
+    return "http://" + url.split("://", 1)[1] if url.startswith("https://") else url
+
+
+def _missing_v1(base_url: str | None) -> str:
+    """A base URL with no path usually lacks the /v1 that OpenAI-compatible servers serve under."""
+    from urllib.parse import urlsplit
+
+    if not base_url:
+        return ""
+    parts = urlsplit(base_url)
+    if parts.path.rstrip("/") not in ("",):
+        return ""
+    return f"; most servers answer under /v1: try OPENAI_BASE_URL={base_url.rstrip('/')}/v1"
 
 
 def _describe(exc: Exception, where: str) -> str:
@@ -411,7 +742,7 @@ def local_completion(messages: list[Message], model: str, text: str, prices: Pri
     priced by the table when one is given, else free."""
     from memory.tokens import counter_for
 
-    prompt_tokens = _count_prompt_tokens(messages, model)
+    prompt_tokens = count_prompt_tokens(messages, model)
     completion_tokens = counter_for(model).count(text)
     cost = prices.cost(model, prompt_tokens, completion_tokens) if prices else 0.0
     return Completion(text=text, model=model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,

@@ -51,6 +51,8 @@ def print_run(record: RunRecord, raw: bool = False, as_json: bool = False) -> No
         return
     console = make_console()
     usage: dict[int, list[float]] = {}
+    speed: dict[int, str] = {}  # step → how fast its agent reply came, when it streamed
+    system_shown = ""
     for event in ev.read(record.events()):
         step = event.step
         if isinstance(event, ev.RunStart):
@@ -63,14 +65,27 @@ def print_run(record: RunRecord, raw: bool = False, as_json: bool = False) -> No
             tokens[0] += event.prompt_tokens
             tokens[1] += event.completion_tokens
             tokens[2] += event.cost_usd
+            if event.role == "agent" and event.tokens_per_s is not None:
+                speed[step] = f" · first token {event.first_token_s:.1f} s · {event.tokens_per_s:g} tokens/s"
             if raw:
-                console.print(Text(f"[{event.role} · {event.model} · {event.latency_s} s] raw response:", style="dim"))
+                for message in event.messages or ():  # kept with --debug
+                    content = str(message.get("content") or "")
+                    if message.get("role") == "system":
+                        content, system_shown = ("(the system prompt shown above)" if content == system_shown
+                                                 else content), content
+                    console.print(Text(f"[{event.role} prompt · {message.get('role')}]", style="dim blue"))
+                    console.print(Text(content, style="dim"))
+                timing = (f" · first token {event.first_token_s:.1f} s · {event.generation_s:.1f} s generating · "
+                          f"{event.tokens_per_s:g} tokens/s" if event.tokens_per_s is not None else "")
+                console.print(Text(f"[{event.role} · {event.model} · {event.latency_s} s{timing}] raw response:",
+                                   style="dim"))
                 console.print(Text(event.response, style="dim"))
         elif isinstance(event, ev.Action):
             prompt, completion, cost = usage.get(step, [0, 0, 0.0])
             console.print()
             console.print(Text.assemble((f"step {step} ", "bold"), (f"command: {event.command}", "bold magenta"),
-                                        (f"  {prompt}+{completion} tokens · ${cost:.4f}", "dim")))
+                                        (f"  {prompt}+{completion} tokens · ${cost:.4f}{speed.get(step, '')}",
+                                         "dim")))
             if event.thought:
                 console.print(Text(f"thought: {event.thought}", style="italic"))
             console.print(Text("argument:\n" + _indent(event.arg), style="yellow"))
@@ -78,7 +93,9 @@ def print_run(record: RunRecord, raw: bool = False, as_json: bool = False) -> No
             console.print(Text("observation:\n" + _indent(event.text), style="dim"))
         elif isinstance(event, ev.FormatError):
             console.print()
-            console.print(Text(f"step {step} format error", style="bold red"))
+            prompt, completion, _ = usage.get(step, [0, 0, 0.0])
+            console.print(Text.assemble((f"step {step} format error", "bold red"),
+                                        (f"  {prompt}+{completion} tokens{speed.get(step, '')}", "dim")))
             console.print(Text(event.error, style="red"))
         elif isinstance(event, (ev.LoopWarning, ev.CriticReview, ev.CriticVerdict, ev.SummaryFolded)):
             console.print(Text(f"[{event.type}] {event.text}", style="yellow"))

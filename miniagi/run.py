@@ -75,8 +75,9 @@ class Run:
         self.nested = Outcome()  # notes and memories of the commands code called during this step
         self.alerts: list[str] = []  # for the next prompt only: loop warnings, the note that the run was resumed
         self.isolation: str | None = None  # how executed code is kept from the agent's process
-        # a summary is prepared in a thread of its own: its model call's event and the loop's must not interleave
-        self.emitting = threading.Lock()
+        self.recall_first = True  # whether step 1 recalls (a new run whose store holds nothing for it does not)
+        # one event at a time into the trace and the state: a model call may end on another thread (a summary)
+        self.emitting = threading.RLock()
         self.ended = False  # after run_end nothing is recorded (a summary left behind by Ctrl-C)
 
     def emit(self, event: ev.Event) -> None:
@@ -102,13 +103,14 @@ class Run:
         state, record = self.state, self.record
         self.memory.background = state.background  # known once the start (or the trace) is read
         self.ui.run_started(record.run_id, state.objective, self.settings.model,
-                            state.step if self.resumed else None)
+                            state.step if self.resumed else None, follows=state.follows)
         restore_sigterm = _raise_on_sigterm()
         answer, interrupted = None, False
         try:
             self.report_isolation()
             self.save("running")
             if not self.resumed:
+                self.recall_first = self.store_might_hold()  # asked before this run stores anything
                 self.remember(self.memory.item("objective", state.objective))
             while True:
                 self.check_limits()
@@ -154,13 +156,26 @@ class Run:
         if state.step >= settings.max_steps:
             raise LimitReached(f"step limit reached ({plural(settings.max_steps, 'step')}). Continue with "
                                f"`miniagi resume {self.record.run_id} --max-steps {settings.max_steps * 2}`")
+        self.check_calls()
         self.check_cost()
 
-    def check_cost(self) -> None:
-        state, settings = self.state, self.settings
-        if settings.max_cost and state.cost_usd >= settings.max_cost:
-            raise LimitReached(f"cost limit reached (${state.cost_usd:.4f} of ${settings.max_cost:g}). Continue with "
-                               f"`miniagi resume {self.record.run_id} --max-cost {settings.max_cost * 2:g}`")
+    def check_calls(self) -> None:
+        limit = self.settings.max_calls
+        if self.state.llm_calls >= limit:
+            raise LimitReached(f"model call limit reached ({limit} calls). Continue with "
+                               f"`miniagi resume {self.record.run_id} --max-calls {limit * 2}`")
+
+    def check_cost(self, next_call: float = 0.0) -> None:
+        """Stop at the limit, and before a call that could pass it (`next_call`: the most it can cost)."""
+        state, limit = self.state, self.settings.max_cost
+        if not limit or (state.cost_usd < limit and state.cost_usd + next_call <= limit):
+            return
+        spent = f"${state.cost_usd:.4f} of ${limit:g} spent"
+        reason = (f"cost limit reached ({spent})" if state.cost_usd >= limit else
+                  f"cost limit: the next model call could cost up to ${next_call:.4f} (its prompt and a full reply), "
+                  f"past the limit ({spent}; a lower --max-reply-tokens lowers that bound)")
+        raise LimitReached(f"{reason}. Continue with `miniagi resume {self.record.run_id} --max-cost "
+                           f"{max(limit * 2, round(state.cost_usd + 2 * next_call, 4)):g}`")
 
     def think(self) -> Decision | None:
         """The model's next action (emitted), or None when its reply could not be used (the error is emitted)."""
@@ -183,11 +198,29 @@ class Run:
         self.emit(ev.Action(step=number, thought=action.thought, command=action.command, arg=action.arg))
         return action
 
+    def store_might_hold(self) -> bool:
+        """Whether the vector store may hold anything this run could recall (known without opening it)."""
+        memory, store = self.memory, self.memory.store
+        if store is None:
+            return False
+        where = ({"run": memory.run_id} if memory.scope == "run" else
+                 {"workdir": memory.workdir} if memory.scope == "workdir" else None)
+        return store.might_hold(where)
+
     def context(self, number: int) -> list[dict]:
         state = self.state
         advice = critic.advice(state.criticism, self.agent.counter, self.agent.budget.alerts) if state.criticism else ""
-        context, folded = self.memory.context(system=self.agent.system, steps=state.steps, next_step=number,
-                                              alerts="\n\n".join(self.alerts), advice=advice)
+        # a new run's first step recalls only when the store held something for it: else the first request need
+        # not wait for chromadb and the embedder to load (the store opens in the background meanwhile)
+        skip_recall, store = number == 1 and not self.recall_first, self.memory.store
+        if skip_recall:
+            self.memory.store = None
+        try:
+            context, folded = self.memory.context(system=self.agent.system, steps=state.steps, next_step=number,
+                                                  alerts="\n\n".join(self.alerts), advice=advice)
+        finally:
+            if skip_recall:
+                self.memory.store = store
         self.alerts = []
         if folded:
             self.emit(ev.SummaryFolded(step=state.step, text=folded.text, through_step=folded.through_step,
@@ -306,21 +339,31 @@ class Run:
 
     # --- the model, memory and the run's files ---------------------------------------------------------------------
     def ask(self, role: str, messages: list[dict], step: int) -> Completion:
-        """Every model call of the run goes through here: the cost limit is checked first (also for the many
-        calls inside one process_data or summary), and no secret passes into the request."""
-        self.check_cost()
+        """Every model call of the run goes through here (also the many inside one process_data or summary, and
+        those of code): the call limit is checked first, and a call that could pass the cost limit is not made;
+        no secret passes into the request; the reply is shown as it streams in. Another thread may ask too (one
+        call per role at a time): each call's event is emitted whole."""
         model = self.settings.model_for(role)
         messages = self.agent.redact.messages(messages)
-        request: dict = {"temperature": self.settings.temperature}
-        if role == "agent":  # capped; the reply format adds its own stop sequences, tools or response format
-            request.update(self.agent.protocol.request(), max_tokens=self.settings.max_reply_tokens)
-        completion = self.agent.model.complete(messages, model=model, role=role, **request)
+        # every reply is capped: it bounds the call's cost, its time (the request deadline) and what is read
+        request: dict = {"temperature": self.settings.temperature, "max_tokens": self.settings.max_reply_tokens}
+        if role == "agent":  # the reply format adds its own stop sequences, tools or response format
+            request.update(self.agent.protocol.request())
+        self.check_calls()
+        prices = getattr(self.agent.model, "prices", None)  # a replay has none: it costs nothing
+        self.check_cost(prices.ceiling(model, messages, request["max_tokens"], request.get("tools")) if prices else 0)
+        with self.ui.receiving(role) as on_piece:
+            completion = self.agent.model.complete(messages, model=model, role=role, on_piece=on_piece, **request)
         saved = self.agent.prices.saved(model, completion.cached_tokens)
+        rate = completion.tokens_per_s
         self.emit(ev.ModelCall(step=step, role=role, model=model, response=completion.text,
                                prompt_tokens=completion.prompt_tokens, completion_tokens=completion.completion_tokens,
                                cached_tokens=completion.cached_tokens, cost_usd=completion.cost_usd,
                                saved_usd=round(saved, 8), latency_s=round(completion.latency_s, 4),
                                finish_reason=completion.finish_reason,
+                               first_token_s=_rounded(completion.first_token_s),
+                               generation_s=_rounded(completion.generation_s),
+                               tokens_per_s=None if rate is None else round(rate, 1),
                                tool_calls=[call.to_json() for call in completion.tool_calls] or None,
                                messages=messages if self.settings.debug else None))
         return completion
@@ -368,7 +411,12 @@ class Run:
                 "cached_prompt_tokens": state.cached_prompt_tokens, "cost_saved_usd": round(state.saved_usd, 6),
                 "cost_usd": round(state.cost_usd, 6), "started_at": state.started_at,
                 "ended_at": None if status == "running" else now_iso(), "model": self.settings.model,
-                "exit_code": exit_code, "message": message, "code_isolation": self.isolation, **process_identity()}
+                "exit_code": exit_code, "message": message, "code_isolation": self.isolation,
+                "workdir": str(self.settings.workdir_path), **process_identity()}
+
+
+def _rounded(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 3)
 
 
 def _hints(*hints: str) -> str:

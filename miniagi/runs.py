@@ -81,6 +81,16 @@ class RunRecord:
                           f"or crashed. `miniagi resume {self.run_id}` continues it")
         return result
 
+    def workdir(self) -> str | None:
+        """The work directory the run was started in (from its run_start event), or None if not known."""
+        try:
+            with self.trace_path.open("rb") as trace:
+                first = json.loads(trace.readline() or b"{}")
+        except (OSError, ValueError):
+            return None
+        workdir = (first.get("settings") or {}).get("workdir") if isinstance(first, dict) else None
+        return workdir if isinstance(workdir, str) and Path(workdir).is_absolute() else None  # older runs: "."
+
     def events(self) -> Iterator[dict]:
         """The trace's events; a line torn by a crash mid-write is skipped."""
         if not self.trace_path.exists():

@@ -29,6 +29,7 @@ class RunState:
     started_at: str = ""
     run_id: str = ""
     background: str = ""  # a follow-up's account of the run it continues
+    follows: str | None = None  # the run it continues
     step: int = 0  # the newest step taken (or in progress: its action is known, its observation not yet)
     steps: list[StepRecord] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -77,6 +78,7 @@ class RunState:
     def _on_RunStart(self, event: ev.RunStart) -> None:
         self.objective, self.started_at, self.run_id = event.objective, event.time, event.run_id
         self.background = event.background or ""
+        self.follows = event.follows
 
     def _on_ModelCall(self, event: ev.ModelCall) -> None:
         self.llm_calls += 1

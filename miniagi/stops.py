@@ -57,6 +57,8 @@ def ending_for(exc: BaseException, run_id: str, *, first_call_made: bool) -> End
     resume = f"`miniagi resume {run_id}` continues it"
     if isinstance(exc, Stop):
         return Ending(exc.status, str(exc), exc.exit_code)
+    if isinstance(exc, ModelError) and not first_call_made:  # the request itself is refused: resuming would too
+        return Ending("error", f"{exc} (refused at the first request: no run was kept)", 2, discard=True)
     if isinstance(exc, (ModelUnavailable, ModelError)):  # the endpoint down, hung, or refusing the request
         return Ending("error", f"{exc}. The run is saved: {resume}.", 2)
     if isinstance(exc, ConfigError):  # the endpoint refused us (bad key, unknown model)

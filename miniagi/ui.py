@@ -56,14 +56,19 @@ class Terminal:
         self.quiet = quiet
         self.redact = redact  # every text shown passes the agent's secret gate
         self.calls_label = "model call"  # a replay says "replayed response": it makes no model call
+        self.flow: Flow | None = None  # the reply streaming in under the spinner
+        self.shown_system = ""  # --debug prints the system prompt once
+        self.streamed_live = threading.local()  # --debug: this thread's last reply was printed as it came
 
     def say(self, markup: str) -> None:
         if not self.quiet:
             self.console.print(markup)
 
-    def run_started(self, run_id: str, objective: str, model: str, resumed_at: int | None = None) -> None:
+    def run_started(self, run_id: str, objective: str, model: str, resumed_at: int | None = None,
+                    follows: str | None = None) -> None:
         verb = "started" if resumed_at is None else f"resuming at step {resumed_at + 1}"
-        self.say(f"[bold]run {run_id}[/] {verb} · model {escape(model)}")
+        continues = f" · continues run {follows}" if follows else ""
+        self.say(f"[bold]run {run_id}[/] {verb}{continues} · model {escape(model)}")
         self.say(Text(f"objective: {self.redact(objective)}", style="cyan"))
 
     def thinking(self, step: int):
@@ -71,16 +76,17 @@ class Terminal:
 
     @contextlib.contextmanager
     def working(self, what: str):
-        """A spinner with the time elapsed, while the model thinks or a command runs (in a terminal)."""
+        """A spinner while the model thinks or a command runs (in a terminal): the time elapsed, or, as a reply
+        streams in, its tokens so far and their rate ("step 3: thinking… 212 tokens, 18/s")."""
         if self.quiet or not self.console.is_terminal:
             yield
             return
-        started = time.monotonic()
+        flow = self.flow = Flow(threading.get_ident(), time.monotonic())
         stop = threading.Event()
         with self.console.status(f"{what}…", spinner="dots") as status:
             def tick() -> None:
-                while not stop.wait(1.0):
-                    status.update(f"{what}… {time.monotonic() - started:.0f} s")
+                while not stop.wait(0.5):
+                    status.update(f"{what}… {flow}")
 
             ticker = threading.Thread(target=tick, name="elapsed", daemon=True)
             ticker.start()
@@ -89,6 +95,42 @@ class Terminal:
             finally:
                 stop.set()
                 ticker.join()
+                self.flow = None
+
+    @contextlib.contextmanager
+    def receiving(self, role: str):
+        """While a reply streams in, yields the function told each piece of it: the spinner of this thread counts
+        them, and with --debug they are printed raw as they come, a line at a time (on the main thread; a reply
+        that arrives on another is printed whole when it ends)."""
+        flow = self.flow if self.flow is not None and self.flow.thread == threading.get_ident() else None
+        live = self.debug and threading.current_thread() is threading.main_thread()
+        pending: list[str] = []
+        printed = False
+
+        def show(text: str) -> None:
+            nonlocal printed
+            if not printed:
+                self.console.print(Text(f"──── raw {role} reply, as it streams ────", style="green"))
+                printed = True
+            self.console.print(Text(self.redact(text)))
+
+        def on_piece(piece: str) -> None:
+            if flow is not None:
+                flow.pieces += 1
+                flow.first = flow.first or time.monotonic()
+            if live:
+                pending.append(piece)
+                if "\n" in piece:
+                    lines, _, rest = "".join(pending).rpartition("\n")
+                    show(lines)
+                    pending[:] = [rest]
+
+        try:
+            yield on_piece
+        finally:
+            if "".join(pending):
+                show("".join(pending))
+            self.streamed_live.shown = printed
 
     def action(self, step: int, thought: str, command: str, arg: str, cost_usd: float) -> None:
         if self.quiet:
@@ -119,7 +161,7 @@ class Terminal:
         elif isinstance(event, ev.LoopWarning):
             self.warn(f"loop: {event.kind}, {event.repeats} times")
         elif isinstance(event, ev.ModelCall):
-            self.debug_raw(event.role, event.response)
+            self.debug_raw(event)
 
     def observation(self, text: str) -> None:
         if not self.quiet:
@@ -137,13 +179,39 @@ class Terminal:
             self.console.print(Text(f"  … {self.redact(text)}", style="dim"))
 
     def debug_context(self, messages: list[dict]) -> None:
-        if self.debug:
-            body = "\n\n".join(f"[{m['role']}]\n{m['content']}" for m in messages)
-            self.console.print(Panel(Text(self.redact(body)), title="context", border_style="blue"))
+        """--debug: the whole context of an agent call; the system prompt only the first time (and when it
+        changes)."""
+        if not self.debug:
+            return
+        parts = []
+        for message in messages:
+            content = message.get("content") or ""
+            if message["role"] == "system":
+                content, self.shown_system = ("(the system prompt printed above)" if content == self.shown_system
+                                              else content), content
+            calls = message.get("tool_calls")
+            parts.append(f"[{message['role']}]\n{content}" + (f"\n{calls}" if calls else ""))
+        self._debug_block("context", "\n\n".join(parts), "blue")
 
-    def debug_raw(self, role: str, text: str) -> None:
-        if self.debug:
-            self.console.print(Panel(Text(self.redact(text)), title=f"raw {role} response", border_style="green"))
+    def debug_raw(self, event: ev.ModelCall) -> None:
+        """--debug: a model's raw reply, unless it was printed as it streamed; then how fast it came."""
+        if not self.debug:
+            return
+        if not getattr(self.streamed_live, "shown", False):
+            self._debug_block(f"raw {event.role} response", event.response, "green")
+        self.streamed_live.shown = False
+        if event.tokens_per_s is not None:
+            self.console.print(Text(f"──── {event.completion_tokens} tokens · first after {event.first_token_s:.1f} s"
+                                    f" · {event.tokens_per_s:g}/s ────", style="green"))
+
+    def _debug_block(self, title: str, body: str, style: str) -> None:
+        """In a terminal, a panel; into a file or a pipe, whole lines under a rule (a panel is cut at 80
+        columns there)."""
+        if self.console.is_terminal:
+            self.console.print(Panel(Text(self.redact(body)), title=title, border_style=style))
+        else:
+            self.console.print(Text(f"──── {title} ────", style=style))
+            self.console.print(Text(self.redact(body)))
 
     def approve(self, command: str, arg: str) -> Approval:
         """Ask the person before running code. Enter or y runs it, n refuses, anything else is feedback."""
@@ -182,6 +250,23 @@ class Terminal:
                 if result.get("cached_prompt_tokens") and result.get("prompt_tokens") else ""), "dim")))
         if result.get("message") and status != "done":
             self.console.print(Text(self.redact(result["message"]), style=style))
+
+
+@dataclass
+class Flow:
+    """A reply streaming in under a spinner: counted by the pieces it arrives in (about a token each)."""
+
+    thread: int
+    started: float
+    pieces: int = 0
+    first: float = 0.0  # when the first piece came
+
+    def __str__(self) -> str:
+        now = time.monotonic()
+        if not self.pieces:
+            return f"{now - self.started:.0f} s"
+        rate = self.pieces / (now - self.first) if now - self.first >= 1 else None
+        return f"{plural(self.pieces, 'token')}" + (f", {rate:.0f}/s" if rate is not None else "")
 
 
 def _indent(text: str) -> str:

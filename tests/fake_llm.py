@@ -8,6 +8,12 @@
   Cut(text)                 → a completion with that text and finish_reason "length" (cut off at the cap)
   Raw(body)                 → a 200 answer with exactly these bytes (not JSON, not UTF-8: a broken proxy)
   Calls([(name, args)], text) → a reply with native tool calls (args: the arguments string, as sent)
+  Stream([pieces], …)       → a streamed reply told piece by piece, with pauses, usage or not, [DONE] or not
+  Trickle(every, data)      → a 200 that sends `data` every `every` seconds and never ends
+A request asking for `stream` gets each reply as server-sent events, the way OpenAI sends them: its text in
+word-sized pieces, tool-call arguments a few characters at a time, usage in a last chunk when
+`stream_options.include_usage` asks, then `data: [DONE]`. `disconnects` counts the replies the client walked away
+from (the server noticed a closed connection while it was still sending).
 A `responder(request)`, when given, is asked first; when it returns None the script answers. When the script runs
 out the server answers 400 "script exhausted", so a test that asks too much fails loudly.
 """
@@ -16,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -48,6 +55,28 @@ class Raw:
 class Calls:
     calls: list  # (function name, arguments string)
     text: str = ""
+
+
+@dataclass
+class Stream:
+    """Text pieces sent one chunk each ("" sends a chunk with empty content; a Hang among them is a silence),
+    `every` seconds apart. `usage`, `done` and `finish`: whether the usage chunk (when asked for), the [DONE] line
+    and a finish_reason end it (`usage` a dict: the usage reported, whatever was sent). `calls`: tool calls, each
+    (name, [argument pieces])."""
+
+    pieces: list
+    every: float = 0.0
+    usage: bool | dict = True
+    done: bool = True
+    finish: str | None = "stop"
+    calls: list = field(default_factory=list)
+
+
+@dataclass
+class Trickle:
+    every: float
+    data: bytes = b" "
+    limit_s: float = 120.0  # a test that forgets to give up still ends
 
 
 def word_vector(text: str, dimensions: int = 64) -> list[float]:
@@ -86,6 +115,7 @@ class FakeLLM:
         self.prefill_s_per_token = prefill_s_per_token
         self.last_prompt: dict[str, str] = {}  # model → its previous prompt (the cache slot)
         self.requests: list[dict] = []  # every chat request body received, failures included
+        self.disconnects = 0  # streamed replies the client closed before their end
         self.embedding_requests: list[dict] = []
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -169,16 +199,40 @@ class FakeLLM:
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(item.body)))
                     self.end_headers()
-                    self.wfile.write(item.body)
+                    try:
+                        self.wfile.write(item.body)
+                    except (BrokenPipeError, ConnectionResetError):  # a client that stopped reading a huge body
+                        pass
+                    return
+                if isinstance(item, Trickle):
+                    self._trickle(item)
                     return
                 item = item(request) if callable(item) and not isinstance(item, (Cut, Calls)) else item
+                if isinstance(item, Stream):
+                    self._stream(request, item)
+                    return
                 finish = "length" if isinstance(item, Cut) else "tool_calls" if isinstance(item, Calls) else "stop"
-                message: dict = {"role": "assistant", "content": item.text if isinstance(item, (Cut, Calls)) else item}
-                if isinstance(item, Calls):
+                text = item.text if isinstance(item, (Cut, Calls)) else item
+                calls = item.calls if isinstance(item, Calls) else []
+                if request.get("stream"):
+                    self._stream(request, Stream(re.findall(r"\s*\S+|\s+", text), finish=finish,
+                                                 calls=[(name, _pieces(arguments)) for name, arguments in calls]))
+                    return
+                message: dict = {"role": "assistant", "content": text}
+                if calls:
                     message["tool_calls"] = [{"id": f"call_fake_{i}", "type": "function",
                                               "function": {"name": name, "arguments": arguments}}
-                                             for i, (name, arguments) in enumerate(item.calls)]
-                text = message["content"]
+                                             for i, (name, arguments) in enumerate(calls)]
+                self._send(200, {
+                    "id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()),
+                    "model": request.get("model", "fake"),
+                    "choices": [{"index": 0, "finish_reason": finish, "message": message}],
+                    "usage": self._usage(request, text),
+                })
+
+            def _usage(self, request: dict, text: str) -> dict:
+                """Tokens as a character count guesses them; the prompt's start shared with the model's previous
+                prompt reported as cached (after its prefill time, when one is set)."""
                 prompt = rendered_prompt(request)
                 with fake.lock:
                     cached_chars = common_prefix(prompt, fake.last_prompt.get(request.get("model", ""), ""))
@@ -187,13 +241,79 @@ class FakeLLM:
                 cached = min(cached_chars // 4, prompt_chars // 4)
                 if fake.prefill_s_per_token:
                     time.sleep((prompt_chars // 4 + 1 - cached) * fake.prefill_s_per_token)
-                self._send(200, {
-                    "id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()),
-                    "model": request.get("model", "fake"),
-                    "choices": [{"index": 0, "finish_reason": finish, "message": message}],
-                    "usage": {"prompt_tokens": prompt_chars // 4 + 1, "completion_tokens": len(text) // 4 + 1,
-                              "total_tokens": prompt_chars // 4 + len(text) // 4 + 2,
-                              "prompt_tokens_details": {"cached_tokens": cached}},
-                })
+                return {"prompt_tokens": prompt_chars // 4 + 1, "completion_tokens": len(text) // 4 + 1,
+                        "total_tokens": prompt_chars // 4 + len(text) // 4 + 2,
+                        "prompt_tokens_details": {"cached_tokens": cached}}
+
+            def _start_events(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Cache-Control", "no-cache")
+                self.end_headers()
+
+            def _event(self, data) -> bool:
+                """One server-sent event; False once the client has gone."""
+                try:
+                    self.wfile.write(b"data: " + (data if isinstance(data, bytes) else json.dumps(data).encode())
+                                     + b"\n\n")
+                    self.wfile.flush()
+                    return True
+                except (BrokenPipeError, ConnectionResetError):
+                    with fake.lock:
+                        fake.disconnects += 1
+                    return False
+
+            def _stream(self, request: dict, item: Stream) -> None:
+                model = request.get("model", "fake")
+                usage = self._usage(request, "".join(p for p in item.pieces if isinstance(p, str))
+                                    + "".join("".join(pieces) for _, pieces in item.calls))
+
+                def chunk(delta: dict, finish: str | None = None) -> dict:
+                    return {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": int(time.time()),
+                            "model": model, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+                self._start_events()
+                deltas: list = [{"role": "assistant", "content": ""}]
+                for piece in item.pieces:
+                    deltas.append(piece if isinstance(piece, Hang) else {"content": piece})
+                for i, (name, pieces) in enumerate(item.calls):
+                    deltas.append({"tool_calls": [{"index": i, "id": f"call_fake_{i}", "type": "function",
+                                                   "function": {"name": name, "arguments": ""}}]})
+                    deltas += [{"tool_calls": [{"index": i, "function": {"arguments": piece}}]} for piece in pieces]
+                for delta in deltas:
+                    if isinstance(delta, Hang):
+                        time.sleep(delta.seconds)
+                        continue
+                    if not self._event(chunk(delta)):
+                        return
+                    if item.every:
+                        time.sleep(item.every)
+                if item.finish and not self._event(chunk({}, item.finish)):
+                    return
+                if item.usage and (request.get("stream_options") or {}).get("include_usage"):
+                    if not self._event({"id": "chatcmpl-fake", "object": "chat.completion.chunk",
+                                        "created": int(time.time()), "model": model, "choices": [],
+                                        "usage": item.usage if isinstance(item.usage, dict) else usage}):
+                        return
+                if item.done:
+                    self._event(b"[DONE]")
+
+            def _trickle(self, item: Trickle) -> None:
+                self._start_events()
+                started = time.monotonic()
+                while time.monotonic() - started < item.limit_s:
+                    try:
+                        self.wfile.write(item.data)
+                        self.wfile.flush()
+                    except (BrokenPipeError, ConnectionResetError):
+                        with fake.lock:
+                            fake.disconnects += 1
+                        return
+                    time.sleep(item.every)
 
         return Handler
+
+
+def _pieces(text: str, size: int = 3) -> list[str]:
+    """Tool-call arguments as a stream sends them: a few characters at a time."""
+    return [text[i:i + size] for i in range(0, len(text), size)] or [""]

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 
-from openai.types.chat import ChatCompletion
-
 from miniagi.model import PriceTable, cached_prompt_tokens
 
 from .conftest import act
@@ -14,19 +12,17 @@ from .fake_llm import Fail
 from .test_end_to_end import load_run
 
 
-def completion_with(usage: dict, **extra) -> ChatCompletion:
-    return ChatCompletion.model_validate({
-        "id": "x", "object": "chat.completion", "created": 0, "model": "m",
-        "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "hi"}}],
-        "usage": {"prompt_tokens": 100, "completion_tokens": 5, "total_tokens": 105, **usage}, **extra})
+def usage_with(**extra) -> dict:
+    return {"prompt_tokens": 100, "completion_tokens": 5, "total_tokens": 105, **extra}
 
 
 def test_cached_tokens_are_read_as_each_kind_of_server_reports_them():
-    assert cached_prompt_tokens(completion_with({"prompt_tokens_details": {"cached_tokens": 64}})) == 64  # OpenAI
-    assert cached_prompt_tokens(completion_with({"prompt_cache_hit_tokens": 32})) == 32  # DeepSeek
-    assert cached_prompt_tokens(completion_with({"cache_read_input_tokens": 16})) == 16  # Anthropic-style
-    assert cached_prompt_tokens(completion_with({}, timings={"cache_n": 8, "prompt_n": 92})) == 8  # llama.cpp
-    assert cached_prompt_tokens(completion_with({})) == 0
+    assert cached_prompt_tokens(usage_with(prompt_tokens_details={"cached_tokens": 64})) == 64  # OpenAI
+    assert cached_prompt_tokens(usage_with(prompt_cache_hit_tokens=32)) == 32  # DeepSeek
+    assert cached_prompt_tokens(usage_with(cache_read_input_tokens=16)) == 16  # Anthropic-style
+    assert cached_prompt_tokens(usage_with(), timings={"cache_n": 8, "prompt_n": 92}) == 8  # llama.cpp
+    assert cached_prompt_tokens(usage_with()) == 0
+    assert cached_prompt_tokens(usage_with(prompt_tokens_details={"cached_tokens": -5})) == 0  # nonsense
 
 
 def test_cached_input_is_priced_at_the_cached_price_and_users_may_give_it(tmp_path):

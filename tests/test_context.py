@@ -48,7 +48,7 @@ def drive(memory: RunMemory, sizes: list[int], alerts: list[str] | None = None):
 def test_every_prompt_fits_the_budget_and_extends_the_one_before_it_until_steps_leave_the_view(budget, sizes,
                                                                                                alerts):
     previous = None
-    for context, folded in drive(memory_for(budget), sizes, alerts):
+    for context, _folded in drive(memory_for(budget), sizes, alerts):
         assert prompt_tokens(context.messages) <= budget
         assert context.tokens == prompt_tokens(context.messages)
         roles = [m["role"] for m in context.messages]

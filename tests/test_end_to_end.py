@@ -77,13 +77,20 @@ def test_step_limit_exits_3_and_resume_with_higher_limit_finishes(cli, llm, isol
     assert result["status"] == "done" and result["steps"] == 3 and result["llm_calls"] == 3
 
 
-def test_cost_limit_exits_3(cli, llm, isolated):
-    llm.add(*[act("memorize_thoughts", f"note {i}") for i in range(10)])
-    proc = cli("--max-cost", "0.0000001", "--model", "gpt-4o", "spend")
+def test_the_cost_limit_is_never_crossed_and_exits_3(cli, llm, isolated):
+    """A call is made only when its prompt and a full reply fit in what is left of the limit."""
+    llm.add(*[act("memorize_thoughts", f"note {i}") for i in range(20)])
+    proc = cli("--max-cost", "0.02", "--max-reply-tokens", "500", "--model", "gpt-4o", "spend")
     assert proc.returncode == 3, proc.stderr
-    _, result, _ = load_run(isolated.home)
-    assert result["status"] == "limit" and result["steps"] == 1
-    assert "cost limit" in proc.stderr
+    _, result, trace = load_run(isolated.home)
+    assert result["status"] == "limit" and 1 <= result["steps"] < 20 and len(llm.requests) == result["steps"]
+    assert result["cost_usd"] <= 0.02 and "the next model call could cost up to" in proc.stderr
+    # it stopped near the limit, not long before: one more call with a full reply ($10/M) would have crossed it
+    largest = max(e["cost_usd"] for e in trace if e["type"] == "llm_call")
+    assert result["cost_usd"] + largest + 500 * 10 / 1e6 > 0.02 * 0.9
+
+    proc = cli("--max-cost", "0.0000001", "--model", "gpt-4o", "spend")  # not even one call fits
+    assert proc.returncode == 3 and "cost limit" in proc.stderr and len(llm.requests) == result["steps"]
 
 
 def test_three_malformed_replies_exit_4_and_the_model_is_told_the_format(cli, llm, isolated):
@@ -163,8 +170,8 @@ def test_endpoint_error_that_retrying_cannot_fix_exits_2(cli, llm, isolated):
     proc = cli("bad request")
     assert proc.returncode == 2 and "internal error" not in proc.stderr  # the endpoint refused us: not our bug
     assert len(llm.requests) == 1  # not retried
-    _, result, _ = load_run(isolated.home)
-    assert result["status"] == "error" and "does not exist in that form" in result["message"]
+    assert "does not exist in that form" in proc.stderr and "resume" not in proc.stderr
+    assert not (isolated.home / "runs").exists() or not any((isolated.home / "runs").iterdir())  # no junk run
     assert "Traceback" not in proc.stderr
 
 
@@ -331,3 +338,15 @@ def test_runs_and_show_list_and_explain_runs(cli, llm, isolated):
     assert "<r>add</r><c>execute_python</c>" in raw.stdout
     missing = cli("show", "nope")
     assert missing.returncode == 2 and "no run" in missing.stderr
+
+
+def test_endpoint_url_mistakes_are_named_with_the_fix(cli, llm, isolated):
+    # https:// to a server that speaks plain http: said at once (no retries), with the http:// URL to use
+    tls = cli("-y", "hello", env={"OPENAI_BASE_URL": llm.url.replace("http://", "https://")})
+    assert tls.returncode == 2 and "does not speak TLS" in tls.stderr and f"OPENAI_BASE_URL={llm.url}" in tls.stderr
+    assert llm.requests == [] and run_dirs(isolated.home) == []  # no retries, no junk run
+    # a base URL without /v1, answered 404: the hint names the URL with /v1
+    bare = llm.url.rsplit("/v1", 1)[0]
+    llm.add(Fail(404, message="Not Found"))
+    missing = cli("-y", "hello", env={"OPENAI_BASE_URL": bare})
+    assert missing.returncode == 2 and f"try OPENAI_BASE_URL={bare}/v1" in missing.stderr, missing.stderr

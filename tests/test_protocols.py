@@ -242,6 +242,33 @@ def test_a_follow_up_with_c_carries_the_previous_answer(cli, llm, isolated):
     assert bad.returncode == 2 and one_line(bad.stderr)
 
 
+def test_c_continues_the_newest_run_of_this_work_directory(cli, llm, isolated):
+    other = isolated.work.parent / "other-project"
+    other.mkdir()
+    llm.add(act("done", "Here: 1."))
+    assert cli("-y", "Count here").returncode == 0
+    (here,) = run_dirs(isolated.home)
+    llm.add(act("done", "There: 2."))
+    assert cli("-y", "Count there", cwd=other).returncode == 0
+    # the newest run anywhere is the other folder's: -c from here continues this folder's run, and says which
+    llm.add(act("done", "Continued."))
+    proc = cli("-y", "-c", "And again")
+    assert proc.returncode == 0, proc.stderr
+    assert f"continues run {here.name}" in proc.stderr.splitlines()[0]
+    assert "Count here" in llm.agent_requests()[-1]["messages"][1]["content"]
+    # continuing, with --cid, a run of another folder tells the model where its files really are
+    there = next(d for d in run_dirs(isolated.home) if load_one(d)[0]["objective"] == "Count there")
+    llm.add(act("done", "Ok."))
+    assert cli("-y", "--cid", there.name, "Go on").returncode == 0
+    head = llm.agent_requests()[-1]["messages"][1]["content"]
+    assert f"another directory, {other}" in head and "not in this run's working directory" in head
+    # a folder with no runs: -c is refused, naming the newest run elsewhere
+    empty = isolated.work.parent / "empty"
+    empty.mkdir()
+    refused = cli("-y", "-c", "x", cwd=empty)
+    assert refused.returncode == 2 and one_line(refused.stderr) and "--cid" in refused.stderr
+
+
 def test_chat_keeps_the_python_session_between_objectives(cli, llm, isolated):
     llm.add(act("execute_python", "basket = ['apple', 'pear']\nprint(len(basket))"), act("done", "Two fruits."),
             act("execute_python", "basket.append('plum')\nprint(basket)"), act("done", "Three fruits now."))

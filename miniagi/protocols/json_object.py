@@ -21,7 +21,7 @@ class JsonFormat(ReplyFormat):
     how = ("Reply with exactly one JSON object and nothing else, for example:\n"
            + action_object(EXAMPLE_FIX[0], EXAMPLE_FIX[1], {"command_line": EXAMPLE_FIX[2]}))
 
-    @functools.cache
+    @functools.cache  # noqa: B019 -- one instance per format, for the life of the process
     def request(self) -> dict:
         schema = {"type": "object",
                   "properties": {"thought": {"type": "string"},

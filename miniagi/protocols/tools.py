@@ -19,7 +19,7 @@ class ToolsFormat(ReplyFormat):
     name = "tools"
     how = f"Call exactly one tool per reply; for example, to finish: call {call_text('done', {'answer': '…'})}."
 
-    @functools.cache  # the command table does not change during a run: built once, not every step
+    @functools.cache  # noqa: B019 -- the command table does not change during a run: built once, not every step
     def request(self) -> dict:
         return {"tools": [{"type": "function", "function": {"name": c.name, "description": c.doc,
                                                             "parameters": c.schema()}} for c in actions()]}
