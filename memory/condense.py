@@ -125,15 +125,21 @@ def map_reduce(text: str, ask: Ask, counter: TokenCounter, *, map_prompt: Callab
 
 def condense(text: str, ask: Ask, counter: TokenCounter, target_tokens: int, *, chunk_tokens: int = 3000,
              instruction: str = "You condense texts for an autonomous agent's memory.") -> str:
-    """One text within target_tokens that keeps what matters of `text`."""
-    if counter.count(text) <= target_tokens:
+    """One text within target_tokens that keeps what matters of `text` (the text itself when it is within: the
+    summarizer is never asked to condense what needs no condensing)."""
+    total = counter.count(text)
+    if total <= target_tokens:
         return text
+    # words are asked for by this text's own words per token (numbers and code run many tokens a word), so that
+    # "at most N words" is always fewer words than the text has
+    per_token = min(1.0, len(text.split()) / total)
     return map_reduce(
         text, ask, counter, target_tokens=target_tokens, chunk_tokens=chunk_tokens,
         map_prompt=lambda piece, part, parts, tokens: MAP_PROMPT.format(
-            instruction=instruction, words=_words(tokens), text=fence_untrusted(f"text, part {part} of {parts}", piece)),
+            instruction=instruction, words=words_for(tokens, per_token),
+            text=fence_untrusted(f"text, part {part} of {parts}", piece)),
         merge_prompt=lambda combined, tokens: MERGE_PROMPT.format(
-            instruction=instruction, words=_words(tokens), text=combined))
+            instruction=instruction, words=words_for(tokens, per_token), text=combined))
 
 
 def answer_over(question: str, text: str, source: str, ask: Ask, counter: TokenCounter, *, target_tokens: int,
@@ -146,8 +152,9 @@ def answer_over(question: str, text: str, source: str, ask: Ask, counter: TokenC
             nothing=NOTHING_RELEVANT, question=question,
             text=fence_untrusted(f"source {source}, part {part} of {parts}", piece)),
         merge_prompt=lambda combined, tokens: QUESTION_MERGE_PROMPT.format(
-            words=_words(tokens), question=question, text=combined))
+            words=words_for(tokens), question=question, text=combined))
 
 
-def _words(tokens: int) -> int:
-    return max(20, int(tokens * 0.7))  # English runs ~1.3 tokens a word; ask for a little less
+def words_for(tokens: int, per_token: float = 0.77) -> int:
+    """The words to ask for to get a text of `tokens` (English runs ~1.3 tokens a word); a little less."""
+    return max(20, int(tokens * per_token * 0.9))

@@ -1,15 +1,16 @@
-"""The context builder: every agent prompt, whole, fits the token budget, and each prompt begins with the one
-before it, so that the endpoint's prompt cache serves it.
+"""The context builder: every agent prompt, whole, fits the token budget, and each prompt begins with all of the one
+before it but that one's tail, so the endpoint's prompt cache serves most of it.
 
 Layout of one agent call:
-  system     the system prompt (role, format, generated command list)                  — never changes
-  user       the objective, the summary of folded steps, the notes memorized in them   — changes only at a fold
-  assistant/user pairs  every step since the last fold, verbatim, oldest first          — append-only
-  ...the last user message (the newest observation) ends with the volatile part: memories recalled for this
-  step, warnings and criticism, and the request for the next action. It stays in that message afterwards, so
-  the next prompt extends this one; roles alternate, starting with user and ending with user.
-When the prompt would pass the budget, a batch of the oldest steps is folded into the summary at once, down to
-about half the budget (see run_memory.py), so between folds every prompt extends the previous one.
+  system     the system prompt (role, format, generated command list)                           — never changes
+  user       the head: the objective, the summary of the steps no longer shown (saying which steps it covers),
+             the notes memorized in those steps (and the digest of the oldest, if they outgrew their room)
+                                                                               — changes only when steps leave the view
+  assistant/user pairs  every step the summary does not cover, verbatim, oldest first      — appended to
+  ...the last user message (the newest observation) ends with the tail: memories recalled for this step, warnings
+  and criticism, and the request for the next action. The tail is made anew for every prompt and dropped from the
+  next, so no step carries an old tail; roles alternate, starting with user and ending with user.
+A step leaves the view only when the summary covers it (see run_memory.py); a note never leaves the prompt.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from .tokens import TokenCounter
 
 MESSAGE_OVERHEAD = 4  # tokens a chat message costs beyond its content
 REPLY_PRIMING = 3
+NOTE_COMMAND = "memorize_thoughts"  # whose argument is the note itself
 
 
 FENCE_MARKER = re.compile(r"<<<\s*(?:END\s+)?UNTRUSTED\s+DATA[^>]*>>>", re.I)
@@ -60,7 +62,7 @@ class StepRecord:
     arg: str
     observation: str  # already within the per-item budget
     raw_reply: str = ""  # kept for malformed replies, which have no action to re-render
-    notes: tuple = ()  # what the step memorized: shown with the summary once the step is folded
+    notes: tuple = ()  # what the step memorized, whole: shown in the step while it is in view, then in the head
     _tokens: int | None = field(default=None, repr=False, compare=False)
 
     def messages(self) -> list[dict]:
@@ -75,6 +77,34 @@ class StepRecord:
         if self._tokens is None:
             self._tokens = sum(counter.count(m["content"]) + MESSAGE_OVERHEAD for m in self.messages())
         return self._tokens
+
+    def notes_outside_reply(self) -> list[str]:
+        """The notes the reply does not show whole: memorized from code, or cut with the argument."""
+        return [note for note in self.notes if not (self.command == NOTE_COMMAND and note == self.arg)]
+
+
+@dataclass(frozen=True)
+class Note:
+    step: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What stands in the head for the steps out of view: every step up to `through_step` is folded into `text`;
+    the steps after it up to `briefed_through` are shown in brief until the summary takes them in; the notes of
+    steps up to `notes_through` are condensed into `notes_digest` (the rest are shown whole)."""
+
+    text: str = ""
+    through_step: int = 0
+    notes_digest: str = ""
+    notes_through: int = 0
+    briefed_through: int = 0
+
+    @property
+    def out_of_view(self) -> int:
+        """Every step up to this one is out of view: in the summary or in brief."""
+        return max(self.through_step, self.briefed_through)
 
 
 def truncate_middle(text: str, counter: TokenCounter, max_tokens: int) -> str:
@@ -99,6 +129,17 @@ def fit(text: str, counter: TokenCounter, max_tokens: int) -> tuple[str, int]:
     return cut, min(max_tokens, counter.scaled(keep) + marker_tokens)
 
 
+def head_notes(notes: list[Note]) -> list[Note]:
+    """The notes as the head shows them: newest first; a note that a newer one repeats whole is shown once, in the
+    newer one (the model superseded it)."""
+    kept: list[Note] = []
+    for note in reversed(notes):
+        flat = " ".join(note.text.split())
+        if flat and not any(flat in " ".join(newer.text.split()) for newer in kept):
+            kept.append(note)
+    return kept
+
+
 @dataclass
 class Context:
     messages: list[dict]
@@ -108,7 +149,7 @@ class Context:
 
 
 class ContextBuilder:
-    """Measures and assembles prompts; what to fold and what to recall is decided by RunMemory."""
+    """Measures and assembles prompts; what leaves the view and what to recall is decided by RunMemory."""
 
     def __init__(self, counter: TokenCounter, budget: Budget | int,
                  render_step: Callable[[StepRecord], list[dict]] = StepRecord.messages):
@@ -135,31 +176,49 @@ class ContextBuilder:
     def check_fits(self, system: str, objective: str, background: str = "") -> None:
         """Fail at the start, not at step 40, when the fixed parts cannot fit."""
         fixed = self.message_tokens([{"role": "system", "content": system},
-                                     {"role": "user", "content": self.head(objective, "", [], 0, background) + "\n\n"
-                                      + self.request(1)}]) + REPLY_PRIMING
+                                     {"role": "user", "content": self.head(objective, Summary(), [], background)
+                                      + "\n\n" + self.request(1)}]) + REPLY_PRIMING
         # leave room for at least one step of a few hundred tokens
         if fixed + 200 > self.max_tokens:
             raise ContextOverflow(
                 f"--max-context-tokens {self.max_tokens} is too small: the system prompt and objective alone take "
                 f"{fixed} tokens; allow at least {fixed + 200}")
 
-    def head(self, objective: str, summary: str, notes: list[str], through_step: int, background: str = "") -> str:
-        """The first user message: what stays put between folds."""
+    def head(self, objective: str, summary: Summary, notes: list[Note], background: str = "",
+             briefs: list[Note] = ()) -> str:
+        """The first user message: what stays put until steps leave the view. `notes`: those of the steps out of
+        view that the digest does not hold, as head_notes orders them; `briefs`: the steps in brief."""
         parts = [f"BEFORE THIS OBJECTIVE:\n{background}"] if background else []
         parts.append(f"OBJECTIVE:\n{objective}")
-        if summary:
-            parts.append(f"SUMMARY OF STEPS 1-{through_step}:\n{summary}")
-        kept = self._notes_within_share(notes)
-        if kept:
-            parts.append("NOTES YOU MEMORIZED (in steps no longer shown):\n" + "\n".join(f"- {note}" for note in kept))
+        if summary.through_step:
+            steps = "STEP 1" if summary.through_step == 1 else f"STEPS 1-{summary.through_step}"
+            parts.append(f"SUMMARY OF {steps} (no longer shown one by one; later steps follow below):\n"
+                         f"{summary.text}")
+        if briefs:
+            parts.append(f"STEPS {briefs[0].step}-{briefs[-1].step} IN BRIEF (no longer shown in full; the summary "
+                         f"will take them in):\n" + "\n".join(f"- step {brief.step}: {brief.text}" for brief in briefs))
+        if summary.notes_digest:
+            parts.append(f"DIGEST OF YOUR NOTES OF STEPS 1-{summary.notes_through} (they outgrew their room, so the "
+                         f"summarizer condensed them):\n{summary.notes_digest}")
+        if notes:
+            parts.append("YOUR NOTES (memorize_thoughts), newest first; notes of later steps are in those steps:\n"
+                         + "\n".join(f"- (step {note.step}) {note.text}" for note in notes))
         return "\n\n".join(parts)
 
+    def briefs_tokens(self, briefs: list[Note]) -> int:
+        """What steps in brief take of the head, as head() lists them."""
+        return sum(self.counter.count(f"- step {brief.step}: {brief.text}") + 1 for brief in briefs) + 20 * bool(briefs)
+
+    def notes_tokens(self, notes: list[Note]) -> int:
+        """What notes take of the head, as head() lists them."""
+        return sum(self.counter.count(f"- (step {note.step}) {note.text}") + 1 for note in notes)
+
     def tail(self, next_step: int, recalled: str = "", alerts: str = "", advice: str = "") -> str:
-        """The volatile end of the prompt: recalled memories, warnings, the reviewer's advice (labelled by the
-        critic: a block of its own, never inside output), the request for the next action."""
+        """The volatile end of the prompt: labelled blocks (recalled memories, warnings, the reviewer's advice,
+        labelled by the critic: a block of its own, never inside output), then the request for the next action."""
         parts = []
         if recalled:  # documents, pages and results of other runs: outside text, whatever its label
-            parts.append("RELEVANT MEMORIES (recalled for this step from earlier steps and runs):\n"
+            parts.append("RELEVANT MEMORIES (recalled for this step only, from earlier steps and runs):\n"
                          + fence_untrusted("recalled memories", recalled))
         if alerts.strip():
             parts.append(truncate_middle(alerts.strip(), self.counter, self.alerts_cap))
@@ -173,48 +232,41 @@ class ContextBuilder:
         return ("Begin: reply with your first action." if next_step == 1
                 else f"Step {next_step}: reply with your next action.")
 
-    def assemble(self, system: str, head: str, pairs: list[list[dict]], tail: str = "",
+    def assemble(self, system: str, head: str, pairs: list[list[dict]], tail: str,
                  pair_tokens: list[int] | None = None) -> Context:
         """The prompt: system, head, the rendered steps (their token counts, when known, spare counting them
         again); `tail` goes at the end of the last user message (the head, when no step is shown)."""
         messages = [{"role": "system", "content": system}, {"role": "user", "content": head}]
         messages += [message for pair in pairs for message in pair]
-        if tail:
-            messages[-1] = dict(messages[-1], content=f"{messages[-1]['content']}\n\n{tail}")
-        if pair_tokens is None or tail:
-            tokens = self.message_tokens(messages)
+        messages[-1] = dict(messages[-1], content=f"{messages[-1]['content']}\n\n{tail}")
+        if pairs and pair_tokens is not None:
+            tokens = (self.message_tokens(messages[:2]) + sum(pair_tokens[:-1])
+                      + self.message_tokens(messages[-2:]))
         else:
-            tokens = self.message_tokens(messages[:2]) + sum(pair_tokens)
+            tokens = self.message_tokens(messages)
         return Context(messages=messages, tokens=tokens + REPLY_PRIMING, steps_shown=len(pairs))
 
-    def render(self, record: StepRecord, tail: str = "", room: int | None = None) -> list[dict]:
-        """A step as a reply and its observation (with the tail, when it is the newest), cut to `room` tokens
-        when given and needed."""
+    def render(self, record: StepRecord, room: int | None = None) -> list[dict]:
+        """A step as a reply and its observation, cut to `room` tokens when given and needed. Its notes are
+        always whole: a note the (cut) reply does not show whole follows the observation."""
         reply, observation = self.render_step(record)
-        if tail:
-            observation = dict(observation, content=f"{observation['content']}\n\n{tail}")
-        pair = [reply, observation]
+        pair = self._with_notes([reply, observation], record.notes_outside_reply())
         if room is None or self.message_tokens(pair) <= room:
             return pair
-        tail_tokens = self.counter.count(tail) + 2 if tail else 0
-        reply_room = max(20, (room - tail_tokens) // 2 - MESSAGE_OVERHEAD)
+        notes = "".join(self._note_lines(record.notes))
+        left = max(40, room - self.counter.count(notes) - 2 * MESSAGE_OVERHEAD)
+        reply_room = max(20, left // 3)
         reply = dict(reply, content=truncate_middle(reply.get("content") or "", self.counter, reply_room) or None)
-        left = max(20, room - self.message_tokens([reply]) - MESSAGE_OVERHEAD - tail_tokens)
-        body = truncate_middle(self.render_step(record)[1]["content"], self.counter, left)
-        return [reply, dict(observation, content=f"{body}\n\n{tail}" if tail else body)]
+        body = truncate_middle(observation["content"], self.counter,
+                               max(20, left - self.message_tokens([reply]) + MESSAGE_OVERHEAD))
+        return [reply, dict(observation, content=body + notes)]
 
-    def notes_tokens(self, notes: list[str]) -> int:
-        """What the head's notes take of their share."""
-        return sum(self.counter.count(note) + 2 for note in self._notes_within_share(notes))
+    def _with_notes(self, pair: list[dict], notes: list[str]) -> list[dict]:
+        if not notes:
+            return pair
+        reply, observation = pair
+        return [reply, dict(observation, content=observation["content"] + "".join(self._note_lines(notes)))]
 
-    def _notes_within_share(self, notes: list[str]) -> list[str]:
-        """The newest notes that fit their share of the budget."""
-        room = self.notes_cap
-        kept: list[str] = []
-        for note in reversed(notes):
-            cost = self.counter.count(note) + 2
-            if cost > room:
-                break
-            kept.append(note)
-            room -= cost
-        return kept[::-1]
+    @staticmethod
+    def _note_lines(notes) -> list[str]:
+        return [f"\n\nYour note (memorize_thoughts): {note}" for note in notes]

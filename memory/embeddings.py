@@ -30,10 +30,15 @@ class Embedder(Protocol):
 
 class MiniLMEmbedder:
     name = "minilm-l6-v2"
-    # what recall keeps: measured on example pairs, related short texts lie at cosine distance 0.11-0.43, a query
-    # and the document part that answers it (250 tokens, mostly other text) at 0.50-0.68, and unrelated ones (an
-    # arithmetic objective vs. directory listings, a haiku vs. a sales step) at 0.78-1.0
+    # what recall keeps, measured with scripts/bench_recall_cutoff.py on example pairs: a question and the step
+    # or run that answers it lie at cosine distance 0.12-0.48, a question and the document part that answers it
+    # (mostly other text) up to ~0.68, and unrelated ones (an arithmetic question vs. a sleep objective, a weather
+    # step or an ingest step of another run) at 0.83 or more, once command names are left out of queries and keys
+    # (with them, unrelated steps of the same command came as near as 0.62)
     relevant_distance = 0.72
+    # another run's objective alone says little: it is recalled only when it is about the same thing (related
+    # objectives measured 0.12-0.32 apart, unrelated ones 0.83 or more)
+    objective_distance = 0.5
     dimensions = 384
 
     def __init__(self, threads: int = 2):

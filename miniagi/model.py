@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -719,13 +720,15 @@ class ScriptedModel:
         self.replies = list(replies)
         self.prices = prices or PriceTable()
         self.calls: list[list[Message]] = []
+        self._taking = threading.Lock()
 
     def complete(self, messages: list[Message], *, model: str, role: str = "agent", max_tokens: int | None = None,
                  stop: list[str] | None = None, **request: Any) -> Completion:
-        if len(self.calls) >= len(self.replies):
-            raise ScriptExhausted(f"the scripted model has no reply left for call {len(self.calls) + 1}")
-        reply = self.replies[len(self.calls)]
-        self.calls.append(messages)
+        with self._taking:  # a summary may be asked for in a thread of its own
+            if len(self.calls) >= len(self.replies):
+                raise ScriptExhausted(f"the scripted model has no reply left for call {len(self.calls) + 1}")
+            reply = self.replies[len(self.calls)]
+            self.calls.append(messages)
         if isinstance(reply, Exception):
             raise reply
         if isinstance(reply, Completion):

@@ -79,9 +79,12 @@ class Run:
         self.recall_first = True  # whether step 1 recalls (a new run whose store holds nothing for it does not)
         # one event at a time into the trace and the state: a model call may end on another thread (a summary)
         self.emitting = threading.RLock()
+        self.ended = False  # after run_end nothing is recorded (a summary left behind by Ctrl-C)
 
     def emit(self, event: ev.Event) -> None:
         with self.emitting:
+            if self.ended:
+                return
             self.record.append(event.to_json())
             self.state.apply(event)
             self.ui.show(event, self.state.cost_usd)
@@ -94,6 +97,7 @@ class Run:
             except OSError as exc:
                 self.ui.warn(f"could not record the end of the run: {exc.strerror or exc}")
             self.state.apply(event)
+            self.ended = self.ended or isinstance(event, ev.RunEnd)
 
     # --- the loop ------------------------------------------------------------------------------------------------
     def drive(self) -> RunResult:
@@ -102,7 +106,7 @@ class Run:
         self.ui.run_started(record.run_id, state.objective, self.settings.model,
                             state.step if self.resumed else None, follows=state.follows)
         restore_sigterm = _raise_on_sigterm()
-        answer = None
+        answer, interrupted = None, False
         try:
             self.report_isolation()
             self.save("running")
@@ -122,10 +126,14 @@ class Run:
                                                      f"{submitted.answer}", state.step))
         except (Exception, KeyboardInterrupt) as exc:
             ending = ending_for(exc, record.run_id, first_call_made=self.resumed or state.llm_calls > 0)
+            interrupted = isinstance(exc, KeyboardInterrupt)
             if ending.internal:
                 self.emit_quietly(ev.Error(step=state.step, traceback=traceback.format_exc()))
         finally:
             restore_sigterm()
+            # a summary still being made is waited for, so that its call is recorded before the end (not after
+            # Ctrl-C: the person wants out; its event is then not recorded)
+            self.memory.settle(wait=not interrupted)
             if self.owns_workspace:
                 self.workspace.close()
             self.flush_memory()
@@ -213,15 +221,19 @@ class Run:
             self.memory.store = None
         try:
             context, folded = self.memory.context(system=self.agent.system, steps=state.steps, next_step=number,
-                                                  notes=state.notes, alerts="\n\n".join(self.alerts), advice=advice)
+                                                  alerts="\n\n".join(self.alerts), advice=advice)
         finally:
             if skip_recall:
                 self.memory.store = store
         self.alerts = []
         if folded:
-            self.emit(ev.SummaryFolded(step=state.step, text=folded.text, through_step=folded.through_step))
+            self.emit(ev.SummaryFolded(step=state.step, text=folded.text, through_step=folded.through_step,
+                                       notes_digest=folded.notes_digest or None,
+                                       notes_through=folded.notes_through or None,
+                                       briefed_through=folded.briefed_through or None))
         if self.memory.last_recalled:
-            self.emit(ev.Recall(step=number, ids=self.memory.last_recalled))
+            self.emit(ev.Recall(step=number, ids=[item.id for item in self.memory.last_recalled],
+                                items=[item.to_json() for item in self.memory.last_recalled]))
         if self.memory.failure:
             self.ui.warn(f"vector memory disabled for this run: {self.memory.failure}")
             self.emit(ev.Error(step=state.step, text=f"vector memory: {self.memory.failure}"))

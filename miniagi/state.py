@@ -6,8 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from memory.context import StepRecord
-from memory.run_memory import Summary
+from memory.context import StepRecord, Summary
 
 from . import events as ev
 from .config import ConfigError
@@ -114,7 +113,9 @@ class RunState:
         self.format_errors_in_a_row += 1
 
     def _on_SummaryFolded(self, event: ev.SummaryFolded) -> None:
-        self.summary = Summary(text=event.text, through_step=event.through_step)
+        self.summary = Summary(text=event.text, through_step=event.through_step,
+                               notes_digest=event.notes_digest or "", notes_through=event.notes_through or 0,
+                               briefed_through=event.briefed_through or 0)
 
     def _on_CriticReview(self, event: ev.CriticReview) -> None:
         self.criticism = event.text

@@ -196,14 +196,14 @@ def test_adding_a_command_is_one_function():
 
 @pytest.mark.parametrize("name", ["tags", "json", "tools"])
 def test_the_fixed_prompt_takes_at_most_a_quarter_of_a_small_budget(name):
-    from memory.context import REPLY_PRIMING, ContextBuilder
+    from memory.context import REPLY_PRIMING, ContextBuilder, Summary
     from memory.tokens import counter_for
 
     from miniagi.prompts import system_prompt
 
     builder = ContextBuilder(counter_for("gpt-4o-mini"), 3000)
     system = system_prompt("/home/someone/projects/work", name)
-    first = builder.head("What is 17 * 23?", "", [], 0) + "\n\n" + builder.request(1)
+    first = builder.head("What is 17 * 23?", Summary(), []) + "\n\n" + builder.request(1)
     fixed = builder.message_tokens([{"role": "system", "content": system}, {"role": "user", "content": first}])
     assert fixed + REPLY_PRIMING <= 750
     for c in COMMANDS.values():  # each command described once

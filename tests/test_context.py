@@ -55,21 +55,28 @@ def test_every_prompt_fits_the_budget_and_extends_the_one_before_it_until_steps_
         assert roles[0] == "system" and roles[-1] == "user"
         assert all(a != b for a, b in zip(roles[1:], roles[2:]))  # user and assistant alternate
         if previous is not None and not context.reshaped and len(previous) > 2:
-            assert context.messages[:len(previous)] == previous  # the cached prefix: all of the last prompt
+            # the cached prefix: all of the last prompt but its tail (recall, alerts, the request)
+            assert context.messages[:len(previous) - 1] == previous[:-1]
+            assert previous[-1]["content"].startswith(context.messages[len(previous) - 1]["content"])
         previous = context.messages
 
 
-def test_steps_since_the_fold_are_verbatim_and_folds_are_batched():
+def test_steps_the_summary_does_not_cover_are_verbatim_and_steps_leave_in_batches():
     memory = memory_for(3000)
     runs = list(drive(memory, [200] * 30))
     context = runs[-1][0]
     shown = [m["content"] for m in context.messages if m["content"].startswith("Observation (step")]
     numbers = [int(text.split("step ")[1].split(")")[0]) for text in shown]
-    assert numbers == list(range(31 - len(numbers), 31)) and 0 < len(numbers) < 30
+    # no window: the steps out of view are those the summary covers, then those in brief until it takes them in
+    summary = memory.summary
+    assert numbers == list(range(summary.out_of_view + 1, 31)) and 0 < len(numbers) < 30
     assert context.messages[-1]["content"].endswith("Step 31: reply with your next action.")
-    assert f"SUMMARY OF STEPS 1-{memory.summary.through_step}" in context.messages[1]["content"]
+    head = context.messages[1]["content"]
+    assert f"SUMMARY OF STEPS 1-{summary.through_step} " in head
+    for step in range(summary.through_step + 1, summary.out_of_view + 1):
+        assert f"\n- step {step}: execute_python print(" in head
     folds = sum(1 for _, folded in runs if folded)
-    assert 1 <= folds <= 30 / 8  # FOLD_BATCH steps a fold: one summarizer call per eight steps or fewer
+    assert 1 <= folds <= 30 / 4  # several steps leave at once: a summarizer call per four steps or fewer
 
 
 def test_an_oversized_newest_step_is_cut_to_fit_rather_than_dropped():

@@ -76,6 +76,16 @@ def test_condense_reduces_hierarchically_to_one_text():
     assert len(calls) > 10
 
 
+def test_the_summarizer_is_not_asked_to_condense_what_is_within_its_target():
+    calls = []
+    text = "A short file of ninety-five words or so. " * 10
+    assert condense(text, calls.append, COUNTER, target_tokens=COUNTER.count(text)) == text and not calls
+    numbers = " ".join(str(4000 + 37 * i) for i in range(200))  # many tokens a word: fewer words asked for
+    condense(numbers, lambda prompt: calls.append(prompt) or "short", COUNTER, target_tokens=100)
+    asked = int(calls[0].split("at most ")[1].split(" words")[0])
+    assert asked < len(numbers.split()) and asked <= 100
+
+
 def test_a_100_step_run_stays_in_budget_recalls_an_old_fact_and_calls_the_model_rarely(llm, isolated):
     budget = 4000
     agent_calls = []
@@ -130,6 +140,10 @@ def test_a_fact_learned_in_one_run_is_recalled_by_the_next_in_a_new_process(cli,
     assert proc.returncode == 0, proc.stderr
     first_prompt = json.dumps(llm.agent_requests()[-1]["messages"])
     assert "RELEVANT MEMORIES" in first_prompt and "sunflower-42" in first_prompt
+    # the trace keeps what was recalled, as the prompt showed it (show and the UI display it)
+    trace = [json.loads(line) for line in (run_dirs(isolated.home)[-1] / "trace.jsonl").read_text().splitlines()]
+    items = [item for event in trace if event["type"] == "recall" for item in event["items"]]
+    assert any("sunflower-42" in item["text"] and item["label"].startswith("run ") for item in items)
 
     found = cli("memory", "search", "passphrase of the Nebula wifi network", "--json")
     best = json.loads(found.stdout)[0]
@@ -149,6 +163,25 @@ def test_embeddings_can_come_from_the_endpoint(cli, llm, isolated):
     assert any("blue vault" in hit["text"] for hit in json.loads(found.stdout))
     local = json.loads(cli("memory", "stats", "--json").stdout)
     assert local["items"] == 0 and local["embedder"] == "minilm-l6-v2"  # separate spaces never mix
+
+
+def test_what_other_runs_did_is_recalled_only_when_relevant(cli, llm, isolated):
+    """Issue 22, item 11: a question about arithmetic once recalled another run's objective ("sleep again") and
+    another run's ingest_data step; a step of another run that used the same command (execute_python) was near
+    enough to be recalled too. Command names are no longer part of what recall compares."""
+    (isolated.work / "notes.txt").write_text("Meeting notes. The team agreed to move the release to March.\n" * 5)
+    llm.add(act("execute_shell", "sleep 0", "Sleep for a moment again"), act("done", "slept"))
+    assert cli("-y", "sleep again", env=MEMORY_ON).returncode == 0
+    llm.add(act("ingest_data", "notes.txt", "Read the notes file into memory"), act("done", "read"))
+    assert cli("-y", "Read notes.txt into memory", env=MEMORY_ON).returncode == 0
+    llm.add(act("execute_python", "print('cloudy with rain')", "print the weather"), act("done", "cloudy"))
+    assert cli("-y", "Tell me the weather", env=MEMORY_ON).returncode == 0
+    asked = len(llm.agent_requests())
+    llm.add(act("execute_python", "print(6 * 7)", "Compute six times seven"), act("done", "42"))
+    assert cli("-y", "What is six times seven?", env=MEMORY_ON).returncode == 0
+    prompts = json.dumps([request["messages"] for request in llm.agent_requests()[asked:]])
+    assert "RELEVANT MEMORIES" not in prompts
+    assert not any(word in prompts for word in ("sleep", "release", "cloudy"))
 
 
 def test_run_scope_keeps_other_runs_out(cli, llm, isolated):
@@ -180,7 +213,7 @@ print("chromadb" in sys.modules, "onnxruntime" in sys.modules)
 
 def test_summary_is_recondensed_when_it_reaches_its_cap(isolated):
     from memory.context import ContextBuilder, StepRecord
-    from memory.run_memory import FOLD_BATCH, RunMemory
+    from memory.run_memory import RunMemory
 
     prompts = []
 
@@ -192,8 +225,8 @@ def test_summary_is_recondensed_when_it_reaches_its_cap(isolated):
     memory = RunMemory(builder=builder, summarizer_counter=COUNTER, ask_summarizer=ask, store=None, scope="global",
                        run_id="r", objective="objective")
     steps = [StepRecord(i, f"t{i}", "execute_shell", "ls", "output line\n" * 150) for i in range(1, 30)]
-    context, folded = memory.context(system="system", steps=steps, next_step=30, notes=[], alerts="")
-    assert folded is not None and folded.through_step >= FOLD_BATCH
+    context, folded = memory.context(system="system", steps=steps, next_step=30, alerts="")
+    assert folded is not None and folded.through_step >= 2
     assert COUNTER.count(folded.text) <= memory.summary_cap and len(prompts) >= 2
     assert context.tokens <= 3000
 

@@ -1,0 +1,116 @@
+"""Whole pieces of a memory for recall: a recalled item is shown whole when it fits, else as whole sentences around
+the one that matters most; never a head and a tail with its middle cut out.
+
+- `collapse_repeats`: a line or sentence said again (a log's routine entry, a progress line) is shown once, with
+  how many times it came;
+- `excerpt`: the sentence that best matches the query (its words, then what is distinctive: words found in no other
+  sentence and not in the prompt already, such as names and numbers), widened with its neighbours while they fit;
+  "…" marks where text was left out, always between sentences;
+- `novelty`: how much of a memory the prompt does not show already (recall skips what it would only repeat);
+- `same_note`: two notes that are versions of one (the newer one wins in recall).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+
+from .tokens import TokenCounter
+
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)")
+WORD = re.compile(r"[A-Za-z0-9_]+")
+STOPWORDS = frozenset(
+    "a an and are as at be but by can did do does for from had has have how i if in into is it its me my no not of on "
+    "or our so than that the their then there these this those to up was we were what when where which who why will "
+    "with you your".split())
+GAP = "…"
+LABELS = frozenset({"thought", "command", "result"})  # how a stored step labels its parts: not its content
+
+
+def units(text: str) -> list[str]:
+    """The text's lines, long lines split into sentences."""
+    return [unit for line in text.split("\n") for unit in _sentences(line)]
+
+
+def _sentences(line: str) -> list[str]:
+    return SENTENCE_END.split(line) if len(line) > 200 else [line]
+
+
+def collapse_repeats(text: str) -> str:
+    """The text with each repeated line or sentence kept once, where it first came, marked with its count."""
+    lines = text.split("\n")
+    seen: dict[str, int] = {}
+    for unit in units(text):
+        key = " ".join(unit.split())
+        if len(key) > 3:
+            seen[key] = seen.get(key, 0) + 1
+    if all(count == 1 for count in seen.values()):
+        return text
+    out_lines, shown = [], set()
+    for line in lines:
+        kept = []
+        for unit in _sentences(line):
+            key = " ".join(unit.split())
+            if len(key) <= 3 or seen.get(key, 1) == 1:
+                kept.append(unit)
+            elif key not in shown:
+                shown.add(key)
+                kept.append(f"{unit} [×{seen[key]}]")
+        if kept or not line.strip():
+            out_lines.append(" ".join(kept))
+    return "\n".join(out_lines)
+
+
+def terms(text: str) -> set[str]:
+    """The words that carry meaning: no stop words, no one- or two-letter words but numbers."""
+    return {w for w in (m.lower() for m in WORD.findall(text)) if w not in STOPWORDS and (len(w) > 2 or w.isdigit())}
+
+
+def novelty(text: str, known: set[str]) -> float:
+    """The share of the text's words that are not known (not in the prompt already)."""
+    found = terms(text) - LABELS
+    return len(found - known) / len(found) if found else 0.0
+
+
+def excerpt(text: str, query: str, counter: TokenCounter, max_tokens: int, known: set[str] = frozenset()) -> str:
+    """The text within max_tokens: whole when it fits (repeats collapsed), else whole sentences around the one that
+    matters most: the query's words, then words found in no other sentence and not `known` (names, numbers).
+    "" when even that one sentence does not fit."""
+    text = collapse_repeats(text.strip())
+    if counter.count(text) <= max_tokens:
+        return text
+    pieces = [piece for piece in units(text) if piece.strip()]
+    words = [terms(piece) for piece in pieces]
+    frequency: dict[str, int] = {}
+    for found in words:
+        for word in found:
+            frequency[word] = frequency.get(word, 0) + 1
+    wanted = terms(query)
+    scores = [2 * len(found & wanted) + sum(1 for w in found if frequency[w] == 1 and w not in known)
+              for found in words]
+    best = max(range(len(pieces)), key=lambda i: (scores[i], -i))
+    sizes = [counter.count(piece) + 1 for piece in pieces]
+    room = max_tokens - 2 * counter.count(f" {GAP} ")
+    if sizes[best] > room:
+        return ""
+    start = end = best
+    used = sizes[best]
+    while True:  # widen by whole neighbours, the following one first (it usually completes the matching one)
+        grown = False
+        for candidate in (end + 1, start - 1):
+            if 0 <= candidate < len(pieces) and used + sizes[candidate] <= room:
+                used += sizes[candidate]
+                start, end = min(start, candidate), max(end, candidate)
+                grown = True
+        if not grown:
+            break
+    shown = "\n".join(pieces[start:end + 1])
+    return (f"{GAP} " if start > 0 else "") + shown + (f" {GAP}" if end < len(pieces) - 1 else "")
+
+
+def same_note(a: str, b: str) -> bool:
+    """Whether two notes are versions of one: one repeats the other, or they share most of their wording."""
+    a, b = " ".join(a.lower().split()), " ".join(b.lower().split())
+    if a in b or b in a:
+        return True
+    return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio() >= 0.6

@@ -1,0 +1,267 @@
+"""Can the model rely on its memory over a long run? Measured from the requests a scripted OpenAI-compatible server
+on 127.0.0.1 received from a real `miniagi` process (vector memory on, the local embedder).
+
+The scripted run: 36 steps. Most steps read a log part of ~1,200 characters that holds one FACT (at its start, in its
+middle or at its end); every fourth step memorizes a NOTE; the last step says done. The summarizer is faithful: it
+repeats every fact and note it is shown, whole, and nothing else. Whatever the agent's prompts then lack, the memory
+design lost.
+
+From each agent request the server received it counts:
+- (request, earlier note) pairs where the note is visible whole (from the step after the note on);
+- (request, earlier fact) pairs where the fact is visible whole, and the most facts missing from one prompt;
+- recalled items cut inside their fact (an item of a step, or a note, that shows part of it but not all);
+- the fixed prompt: the first request (system prompt, objective, the request for an action), as the budget counts;
+- model calls per agent step, all roles;
+- prefix reuse: the share of each agent prompt (o200k tokens of the rendered messages) that repeats the previous
+  agent prompt's beginning, as scripts/bench_cache.py measures it;
+- the largest prompt against the budget (as the budget counts: messages plus their overhead);
+- summary lag: steps out of view that neither the summary nor the steps in brief stand for (the most in one prompt,
+  and in the last), and the most steps in brief awaiting the summary;
+- summarizer calls, and the prompt tokens of all calls (every role, as the budget counts).
+
+    python scripts/bench_long.py                               # budgets 3000 and 8000, the tags protocol
+    python scripts/bench_long.py --budgets 2500 --protocols tags,tools,json
+    python scripts/bench_long.py --before 0f15e96              # and the same for an earlier commit
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from benchlib import ROOT
+from memory.context import MESSAGE_OVERHEAD, REPLY_PRIMING, message_text
+from memory.tokens import counter_for
+from tests.fake_llm import Calls, FakeLLM, rendered_prompt
+
+STEPS = 36  # the last one says done
+AGENT_MODEL, SUMMARIZER_MODEL = "gpt-4o-mini", "summarizer-model"
+COUNTER = counter_for(AGENT_MODEL)  # how the agent's budget counts
+ENCODING = counter_for("gpt-4o").encoding  # how bench_cache counts prefix reuse
+OBJECTIVE = "Read the plant's log parts one by one and keep what matters, then report"
+FILLER = ("Routine entry: the line ran as scheduled, no alarms were raised, and the operators logged nothing of "
+          "note for this interval. ")
+
+
+def fact(step: int) -> str:
+    return f"FACT {step:02d}: the pump in bay {step} runs at {4000 + 37 * step} rpm."
+
+
+def note(step: int) -> str:
+    if step % 12 == 0:  # a longer note now and then
+        return (f"NOTE {step:02d}: pumps so far run between 4000 and {4000 + 37 * step} rpm; bay {step - 1} is the "
+                f"fastest yet. Check the manifold limits before the report, and compare bays {step - 3} and "
+                f"{step - 2} with the spec sheet.")
+    return f"NOTE {step:02d}: parts 1-{step} read; bay {step - 1} looks normal, keep comparing rpm."
+
+
+def is_note_step(step: int) -> bool:
+    return step % 4 == 0
+
+
+def log_part(step: int) -> str:
+    """~1,200 characters of routine entries with the step's fact at its start, middle or end."""
+    entries = [FILLER] * 10
+    entries.insert((0, 5, 10)[step % 3], fact(step) + " ")
+    return "".join(entries)
+
+
+def action(step: int) -> tuple[str, str, str]:
+    if step >= STEPS:
+        return "all parts are read", "done", "Report: every pump's rpm is recorded in my memory."
+    if is_note_step(step):
+        return f"keep what parts 1-{step} showed", "memorize_thoughts", note(step)
+    return f"read log part {step}", "execute_python", f"print(open('logs/part{step:02d}.txt').read())"
+
+
+def reply(step: int, protocol: str):
+    thought, command, arg = action(step)
+    if protocol == "tools":
+        name = {"done": "answer", "memorize_thoughts": "text", "execute_python": "code"}[command]
+        return Calls([(command, json.dumps({name: arg}))], thought)
+    if protocol == "json":
+        return json.dumps({"thought": thought, "command": command, "arg": arg})
+    return f"<r>{thought}</r><c>{command}</c>\n{arg}"
+
+
+def request_text(request: dict) -> str:
+    """Everything the model reads in a request: contents and tool-call arguments, JSON strings decoded."""
+    parts = []
+    for message in request.get("messages", []):
+        content = message.get("content") or ""
+        parts.append(content)
+        encoded = [call["function"]["arguments"] for call in message.get("tool_calls") or []]
+        if message.get("role") == "assistant" and content.startswith("{"):  # the json protocol's reply
+            encoded.append(content)
+        for text in encoded:
+            try:
+                parts.extend(str(value) for value in json.loads(text).values())
+            except (ValueError, AttributeError):
+                pass
+    return "\n".join(parts)
+
+
+def faithful_summary(request: dict) -> str:
+    """Every fact and note the prompt shows whole, and nothing else."""
+    text = request_text(request)
+    kept = [fact(s) for s in range(1, STEPS) if fact(s) in text] + [note(s) for s in range(1, STEPS) if note(s) in text]
+    return "The agent read log parts. " + " ".join(kept)
+
+
+def measure(budget: int, protocol: str, package_root: Path) -> dict:
+    agent_requests: list[dict] = []
+
+    def respond(request):
+        if request["model"] != AGENT_MODEL:
+            return faithful_summary(request)
+        agent_requests.append(request)
+        return reply(len(agent_requests), protocol)
+
+    with tempfile.TemporaryDirectory() as tmp, FakeLLM(responder=respond) as llm:
+        work = Path(tmp) / "work"
+        (work / "logs").mkdir(parents=True)
+        for step in range(1, STEPS):
+            (work / "logs" / f"part{step:02d}.txt").write_text(log_part(step))
+        env = dict(os.environ, OPENAI_BASE_URL=llm.url, OPENAI_API_KEY="bench", MINIAGI_HOME=str(Path(tmp) / "home"),
+                   MINIAGI_MODEL=AGENT_MODEL, MINIAGI_SUMMARIZER_MODEL=SUMMARIZER_MODEL,
+                   MINIAGI_MAX_CONTEXT_TOKENS=str(budget), MINIAGI_MAX_STEPS=str(STEPS + 5), MINIAGI_MAX_COST="0",
+                   MINIAGI_PROTOCOL=protocol, MINIAGI_MEMORY_SCOPE="global", PYTHONPATH=str(package_root))
+        done = subprocess.run([sys.executable, "-m", "miniagi", "-y", "--unattended", OBJECTIVE],
+                              cwd=work, env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"the run failed ({done.returncode}): {done.stderr[-1500:]}")
+        calls = list(llm.requests)
+    return figures(agent_requests, calls, budget)
+
+
+def lag(request: dict) -> tuple[int, int]:
+    """Steps before the oldest step in view that neither the summary nor the steps in brief stand for, and those that
+    only the steps in brief stand for (until the summary takes them in)."""
+    text = request_text(dict(request, messages=request["messages"][1:]))  # the system prompt's example is no step
+    shown = [int(n) for n in re.findall(r"Observation \(step (\d+)\)", text)]
+    summary = re.search(r"SUMMARY OF STEPS? (?:1-)?(\d+)", text)
+    brief = re.search(r"STEPS (\d+)-(\d+) IN BRIEF", text)
+    if not shown:
+        return 0, 0
+    covered = int(summary.group(1)) if summary else 0
+    briefed = int(brief.group(2)) - covered if brief else 0
+    return max(0, min(shown) - 1 - covered - briefed), briefed
+
+
+def figures(requests: list[dict], all_calls: list[dict], budget: int) -> dict:
+    calls = len(all_calls)
+    notes = fact_pairs = missing_most = 0
+    note_seen = fact_seen = 0
+    recalled = cut = 0
+    for number, request in enumerate(requests, start=1):
+        text = request_text(request)
+        earlier = range(1, min(number, STEPS))
+        shown_notes = [note(s) in text for s in earlier if is_note_step(s)]
+        shown_facts = [fact(s) in text for s in earlier if not is_note_step(s)]
+        notes, note_seen = notes + len(shown_notes), note_seen + sum(shown_notes)
+        fact_pairs, fact_seen = fact_pairs + len(shown_facts), fact_seen + sum(shown_facts)
+        missing_most = max(missing_most, shown_facts.count(False))
+        for item in recalled_items(request):
+            recalled += 1
+            cut += cut_inside(item)
+    prompts = [ENCODING.encode(rendered_prompt(r), disallowed_special=()) for r in requests]
+    sent = sum(len(p) for p in prompts)
+    reused = sum(_common(a, b) for a, b in zip(prompts, prompts[1:]))
+    sizes = [prompt_tokens(r) for r in requests]
+    return {"steps": len(requests), "calls": calls, "notes": (note_seen, notes), "facts": (fact_seen, fact_pairs),
+            "missing_most": missing_most, "recalled": recalled, "cut": cut, "fixed": sizes[0],
+            "reuse": reused / sent, "largest": max(sizes), "budget": budget,
+            "lag": (max(lag(r)[0] for r in requests), lag(requests[-1])[0], max(lag(r)[1] for r in requests)),
+            "summarizer": sum(1 for r in all_calls if r["model"] != AGENT_MODEL),
+            "prompt_tokens": sum(prompt_tokens(r) for r in all_calls)}
+
+
+def recalled_items(request: dict) -> list[str]:
+    """The recalled memories of the request's newest message, one per item (each begins with "- (")."""
+    last = message_text(request["messages"][-1])
+    match = re.search(r"<<<UNTRUSTED DATA: recalled[^>]*>>>\n(.*?)\n<<<END UNTRUSTED DATA>>>", last, re.S)
+    if not match:
+        return []
+    return [item for item in re.split(r"\n(?=- \()", match.group(1)) if item.strip()]
+
+
+def cut_inside(item: str) -> bool:
+    """An item that shows part of a fact or note but not all of it, or an item of a step that held a fact and
+    does not show it whole."""
+    flat = " ".join(item.split())
+    for step in range(1, STEPS):
+        whole = note(step) if is_note_step(step) else fact(step)
+        marker = whole.split(":")[0]  # "FACT 07", "NOTE 08"
+        if marker in flat and whole not in flat:
+            return True
+    label = re.match(r"- \(([^)]*)\)", item)
+    step = re.search(r"step (\d+)", label.group(1)) if label else None
+    if step and 0 < int(step.group(1)) < STEPS and not is_note_step(int(step.group(1))):
+        return fact(int(step.group(1))) not in flat
+    return False
+
+
+def prompt_tokens(request: dict) -> int:
+    return sum(COUNTER.count(message_text(m)) + MESSAGE_OVERHEAD for m in request["messages"]) + REPLY_PRIMING
+
+
+def _common(previous: list[int], current: list[int]) -> int:
+    n = 0
+    for a, b in zip(previous, current):
+        if a != b:
+            break
+        n += 1
+    return n
+
+
+def report(label: str, f: dict) -> None:
+    share = lambda seen, total: f"{100 * seen / total:.1f} %" if total else "-"  # noqa: E731
+    print(f"  {label}: {f['steps']} steps, {f['calls']} model calls")
+    print(f"    notes visible whole: {share(*f['notes'])} of {f['notes'][1]} (request, earlier note) pairs")
+    print(f"    facts visible whole: {share(*f['facts'])} of {f['facts'][1]} pairs; at most {f['missing_most']} "
+          f"missing from one prompt")
+    print(f"    recalled items cut inside their fact: {f['cut']} of {f['recalled']}")
+    print(f"    fixed prompt: {f['fixed']} tokens ({100 * f['fixed'] / f['budget']:.0f} % of the budget)")
+    print(f"    calls per step: {f['calls'] / f['steps']:.2f}")
+    print(f"    prefix reuse: {100 * f['reuse']:.0f} %")
+    print(f"    largest prompt: {f['largest']:,} of {f['budget']:,}")
+    print(f"    summary lag: at most {f['lag'][0]} steps out of view in neither the summary nor brief "
+          f"({f['lag'][1]} in the last prompt); at most {f['lag'][2]} in brief, awaiting the summary")
+    print(f"    summarizer calls: {f['summarizer']}; prompt tokens, all calls: {f['prompt_tokens']:,}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--budgets", default="3000,8000", help="comma-separated --max-context-tokens values")
+    parser.add_argument("--protocols", default="tags", help="comma-separated: tags, tools, json")
+    parser.add_argument("--before", metavar="REV", help="also measure this earlier commit, for comparison")
+    args = parser.parse_args()
+    versions = [("now", ROOT)]
+    worktree = None
+    if args.before:
+        worktree = Path(tempfile.mkdtemp(prefix="miniagi-before-"))
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(worktree), args.before],
+                       check=True, capture_output=True)
+        versions.insert(0, (f"before ({args.before})", worktree))
+    print("targets: notes 100 %, facts >= 98 %, 0 cut items, fixed part <= 750 tokens at 3,000, <= 1.25 calls per "
+          "step, reuse >= 60 % at 3,000 (>= 75 % at 8,000), every prompt within the budget")
+    try:
+        for budget in (int(b) for b in args.budgets.split(",")):
+            for protocol in args.protocols.split(","):
+                print(f"budget {budget:,}, protocol {protocol}:")
+                for label, root in versions:
+                    report(label, measure(budget, protocol, root))
+    finally:
+        if worktree is not None:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(worktree)],
+                           capture_output=True)
+
+
+if __name__ == "__main__":
+    main()
