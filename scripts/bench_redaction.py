@@ -38,9 +38,9 @@ def main() -> None:
         print(f"  {unit * 3:<16} {timed(redact, text) * 1000:8.1f} ms")
     html = "<html><body>" + "<div>x" * args.divs + "</div>" * args.divs + "<p>after</p></body></html>"
     started = time.perf_counter()
-    _, text = html_to_text(html)
+    _, text, note = html_to_text(html)
     print(f"HTML: {args.divs:,} nested <div>s ({len(html) / 1e6:.1f} MB) → {len(text):,} characters of text in "
-          f"{time.perf_counter() - started:.2f} s")
+          f"{time.perf_counter() - started:.2f} s" + (f" ({note})" if note else ""))
 
 
 if __name__ == "__main__":
