@@ -208,11 +208,14 @@ class VectorMemory:
         while True:
             batch = [self._queue.get()]
             deadline = time.monotonic() + WRITE_LINGER_S
-            while len(batch) < WRITE_BATCH and not self._flushing.is_set():
-                try:
-                    batch.append(self._queue.get(timeout=max(0.0, deadline - time.monotonic())))
-                except queue.Empty:
+            while len(batch) < WRITE_BATCH and not self._flushing.is_set():  # a flush ends the wait at once
+                left = deadline - time.monotonic()
+                if left <= 0:
                     break
+                try:
+                    batch.append(self._queue.get(timeout=min(left, 0.05)))
+                except queue.Empty:
+                    continue
             try:
                 if self._writer_error is None:
                     self._store([item for item, _ in batch], [vector for _, vector in batch])

@@ -110,12 +110,19 @@ class Run:
         try:
             self.report_isolation()
             self.save("running")
+            objective = [] if self.resumed else [self.memory.item("objective", state.objective)]
             if not self.resumed:
                 self.recall_first = self.store_might_hold()  # asked before this run stores anything
-                self.remember(self.memory.item("objective", state.objective))
+            if self.recall_first:  # storing it loads chromadb and the embedder in the background, as recall needs
+                self.remember(*objective)
+                objective = []
+            # else it is stored once the first request is out: loading them now would only slow that request down
             while True:
                 self.check_limits()
                 action = self.think()
+                if objective:
+                    self.remember(*objective)
+                    objective = []
                 if action is not None:  # None: a malformed reply, recorded and sent back
                     self.observe(action, self.act(action))
                     self.critique()

@@ -56,7 +56,9 @@ def measure(label: str, runs: int, memory: str, warm: bool) -> None:
         if warm:  # memories of this work directory, so recall has something to search for step 1
             launch(server, home, work, memory)
         firsts, totals = [], []
-        for _ in range(runs):
+        for number in range(runs):
+            if not warm:  # every launch with an empty home, as the label says
+                home = Path(tmp) / f"home-{number}"
             first, total = launch(server, home, work, memory)
             firsts.append(first)
             totals.append(total)
