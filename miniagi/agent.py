@@ -19,6 +19,7 @@ from memory.store import VectorMemory
 from memory.tokens import counter_for
 
 from . import events as ev
+from .commands import COMMANDS
 from .config import ConfigError, Settings, read_dotenv
 from .model import Model, PriceTable
 from .prompts import system_prompt
@@ -63,6 +64,8 @@ class Agent:
         interactive = not settings.unattended and sys.stdin is not None and sys.stdin.isatty()
         self.ui = ui or Terminal(interactive=interactive, debug=settings.debug, quiet=quiet)
         self.ui.redact = self.redact
+        if interactive and not settings.yes:  # the approval panel shows these whole: the step line need not
+            self.ui.approved = {name for name, c in COMMANDS.items() if c.needs_approval}
         # a .env that code of an earlier run could have written is not obeyed without the user's say
         self.dotenv = DotenvGuard(settings, self.environ)
         self.dotenv.check(self.ui)

@@ -94,6 +94,7 @@ class Terminal:
         self.redact = redact  # every text shown passes the agent's secret gate
         self.flow: Flow | None = None  # the reply streaming in under the spinner
         self.shown_system = ""  # --debug prints the system prompt once
+        self.approved: set[str] = set()  # commands shown whole in the approval panel: the step line skips them
         self.streamed_live = threading.local()  # --debug: this thread's last reply was printed as it came
 
     def shown(self, text: str) -> str:
@@ -180,7 +181,7 @@ class Terminal:
         self.console.print(header)
         if thought:
             self.console.print(Text(f"  {_preview(self.shown(thought), 3)}", style="italic"))
-        if arg and command != "done":
+        if arg and command != "done" and command not in self.approved:
             self.console.print(Text(_indent(_preview(self.shown(arg), ARG_PREVIEW_LINES)), style="yellow"))
 
     def show(self, event: ev.Event, cost_usd: float = 0.0) -> None:
@@ -257,7 +258,7 @@ class Terminal:
         """Ask the person before running code. Enter or y runs it, n refuses, anything else is feedback."""
         lexer = "python" if command == "execute_python" else "bash"
         # every character of the code, long lines wrapped (never cropped), even when stderr is not a terminal
-        self.console.print(Panel(Syntax(self.shown(arg), lexer, word_wrap=True), title=f"{command}: run this?",
+        self.console.print(Panel(Syntax(self.shown(arg), lexer, word_wrap=True), title=command,
                                  border_style="yellow"), soft_wrap=False)
         answer = self._input("[bold]Run it?[/] \\[Y]es / \\[n]o / or type feedback for the agent: ").strip()
         if answer.lower() in ("", "y", "yes"):
@@ -282,6 +283,9 @@ class Terminal:
         except EOFError:
             self.console.print()
             raise KeyboardInterrupt from None
+        except KeyboardInterrupt:  # the terminal echoed ^C: what follows starts on a line of its own
+            self.console.print()
+            raise
 
     def run_ended(self, result: dict) -> None:
         if self.quiet:

@@ -38,6 +38,7 @@ def test_approval_refuse_feedback_then_approve(llm, isolated):
     assert not (isolated.work / "with-feedback.txt").exists()
     assert (isolated.work / "approved.txt").read_text() == "yes"
     assert "Run it?" in proc.stderr and "touch refused.txt" in proc.stderr
+    assert proc.stderr.count("touch refused.txt") == 1  # shown once, in the approval panel, not also above it
     (directory,) = run_dirs(isolated.home)
     seen = {e["step"]: e["text"] for e in map(json.loads, (directory / "trace.jsonl").read_text().splitlines())
             if e["type"] == "observation"}
@@ -99,3 +100,20 @@ def test_the_approval_prompt_shows_its_choices_and_ctrl_d_stops_the_run(llm, iso
     assert "[Y]es / [n]o" in proc.stderr
     assert proc.returncode == 130 and "Traceback" not in proc.stderr and "EOFError" not in proc.stderr
     assert not (isolated.work / "never.txt").exists()
+
+
+def test_ctrl_c_at_a_prompt_leaves_the_next_message_on_a_line_of_its_own(capsys):
+    import pytest
+
+    from miniagi.ui import Terminal
+
+    terminal = Terminal(interactive=True)
+
+    def interrupted(prompt):  # the person presses Ctrl-C: the terminal echoes ^C after the prompt, no newline
+        terminal.console.file.write(prompt + "^C")
+        raise KeyboardInterrupt
+
+    terminal.console.input = interrupted
+    with pytest.raises(KeyboardInterrupt):
+        terminal.ask_user("Which colour?")
+    assert capsys.readouterr().err.endswith("^C\n")

@@ -46,7 +46,8 @@ def test_the_approval_prompt_shows_the_exact_code_escape_sequences_included(llm,
     assert proc.returncode == 0, proc.stderr
     assert not (isolated.work / "pwned").exists()
     assert_inert(proc.stderr)
-    panel = proc.stderr[proc.stderr.index("run this?"):proc.stderr.index("Run it?")]
+    prompt = proc.stderr.index("Run it?")
+    panel = proc.stderr[proc.stderr.rindex("╭", 0, prompt):prompt]
     shown = "".join("".join(line.strip("│") for line in panel.splitlines()[1:-1]).split())
     # every character that will run, in order (wrapped lines joined, spaces aside), the escapes made visible
     assert shown == "".join(code.replace(ESC, "\\x1b").split())
