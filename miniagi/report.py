@@ -31,8 +31,8 @@ def print_runs(store: RunStore, status: str | None = None, as_json: bool = False
                                      cache_rate(result), objective_of(result)])))
         return
     table = Table(box=None, header_style="bold")
-    for column, justify in (("id", "left"), ("started", "left"), ("status", "left"), ("steps", "right"), ("cost", "right"),
-                            ("cached", "right"), ("objective", "left")):
+    for column, justify in (("id", "left"), ("started", "left"), ("status", "left"), ("steps", "right"),
+                            ("cost", "right"), ("cached", "right"), ("objective", "left")):
         table.add_column(column, justify=justify, no_wrap=column != "objective", overflow="ellipsis")
     for result in results:
         state = result.get("status", "?")
@@ -129,7 +129,8 @@ def started(result: dict) -> str:
     from datetime import datetime
 
     try:
-        return datetime.fromisoformat(str(result.get("started_at")).replace("Z", "+00:00")).astimezone().strftime("%Y-%m-%d %H:%M")
+        moment = datetime.fromisoformat(str(result.get("started_at")).replace("Z", "+00:00"))
+        return moment.astimezone().strftime("%Y-%m-%d %H:%M")
     except ValueError:
         return "?"
 

@@ -61,7 +61,8 @@ def test_values_judged_secret_by_name_or_shape_are_redacted_inside_any_text():
 
 def test_secret_shapes_and_assignments_are_redacted_without_knowing_the_value():
     redact = Redactor()
-    leaks = ["sk-ant-api03-abcdefghijklmnopqrstuv", "sk_live_4eC39HqLyjWDarjtT1zdp7dc", "ghp_abcdefghijklmnopqrstuvwxyz0123456789",
+    leaks = ["sk-ant-api03-abcdefghijklmnopqrstuv", "sk_live_4eC39HqLyjWDarjtT1zdp7dc",
+             "ghp_abcdefghijklmnopqrstuvwxyz0123456789",
              "xoxb-1234567890-abcdefghij", "AKIAIOSFODNN7EXAMPLE",
              "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
              "https://discord.com/api/webhooks/123456/abcDEF_ghi"]
@@ -69,7 +70,8 @@ def test_secret_shapes_and_assignments_are_redacted_without_knowing_the_value():
         assert leak not in redact(f"found {leak} here"), leak
     assert redact("mysql://root:hunter22@db/x") == "mysql://root:[REDACTED]@db/x"
     assert redact("Authorization: Bearer abcdefghijklmnop1234") == "Authorization: Bearer [REDACTED]"
-    env_file = "API_TOKEN=abc123xyz\nexport SMTP_PASSWORD='s3cret pass'\n\"client_secret\": \"zzz999yyy\"\npassword: hunter2"
+    env_file = ("API_TOKEN=abc123xyz\nexport SMTP_PASSWORD='s3cret pass'\n\"client_secret\": \"zzz999yyy\"\n"
+                "password: hunter2")
     cleaned = redact(env_file)
     for value in ("abc123xyz", "s3cret", "zzz999yyy", "hunter2"):
         assert value not in cleaned, value
