@@ -62,7 +62,7 @@ class JsonFormat(ReplyFormat):
         commands = "\n".join(f"- {c.signature(returns=False)}: {c.doc}" for c in actions())
         first = action_object(EXAMPLE_THOUGHT, "execute_python", {"code": EXAMPLE_CODE})
         last = action_object(EXAMPLE_LAST_THOUGHT, "done", {"answer": EXAMPLE_ANSWER})
-        return f"""Reply with exactly ONE action, one JSON object and nothing else:
+        return f"""Reply with ONE action: one JSON object, nothing else:
 {{"thought": "your reasoning, briefly", "command": "a command's name", "args": {{its arguments by name}}}}
 
 Commands:
@@ -74,7 +74,7 @@ The next message: Observation (step 1): {EXAMPLE_RESULT}
 Your next reply:
 {last}
 
-When the objective is achieved, reply with done and the complete final answer."""
+When the objective is achieved, reply with done."""
 
 
 def _object_in(text: str) -> str:
