@@ -268,6 +268,12 @@ class Batch:
     def _started(self, key: tuple[str, int], process: subprocess.Popen) -> None:
         with self.lock:
             self.running[key] = process
+            stopping = self.stopping
+        if stopping:  # Ctrl-C came while this process was being started (before it was known): it stops too
+            try:
+                os.killpg(process.pid, signal.SIGINT)
+            except OSError:
+                pass
 
     def _ended(self, key: tuple[str, int]) -> None:
         with self.lock:
@@ -338,7 +344,8 @@ class Batch:
                         for future in done:
                             future.result()
                 except KeyboardInterrupt:  # inside the pool, so its shutdown does not wait for the objectives
-                    interrupted = self.stopping = True
+                    with self.lock:  # from here, a process that _started registers is interrupted at once
+                        interrupted = self.stopping = True
                     self.console.print("[yellow]interrupted: stopping the running objectives (their state is "
                                        "saved)…[/]")
                     self._interrupt_running()
