@@ -563,6 +563,13 @@ def entry() -> None:
     """The `miniagi` command. Everything is written and closed by the time main() returns, so the process ends
     at once: interpreter finalization can abort in native thread pools (onnxruntime, chromadb) that are still
     winding down, turning a finished run's exit code into SIGABRT."""
+    import signal
+
+    # SIGINT is how a run is stopped with its state saved (Ctrl-C, a batch stopping its objectives, a snippet's
+    # timeout reaching the Python worker). A process started in the background by a shell without job control
+    # inherits it ignored, and so would every process it starts: take it back, so the interrupt always works.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     code = main()
     try:
         sys.stdout.flush()

@@ -305,6 +305,22 @@ def test_interrupt_saves_state_exits_130_and_resume_finishes_without_repeating(c
     assert "echo step2" in resumed_prompt and "resumed" in resumed_prompt
 
 
+def test_ctrl_c_works_even_when_started_with_sigint_ignored(llm, isolated):
+    # a shell without job control starts background commands with SIGINT ignored (`miniagi … &` in a script, a
+    # batch run in the background): the interrupt must still stop the run with its state saved
+    llm.add(Hang(60))
+    env = dict(os.environ, OPENAI_BASE_URL=llm.url, OPENAI_API_KEY="sk-test-key-123456", MINIAGI_MEMORY_SCOPE="off")
+    process = subprocess.Popen([sys.executable, "-m", "miniagi", "wait"], cwd=isolated.work, env=env,
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert _wait_for(lambda: len(llm.requests) == 1)
+    process.send_signal(signal.SIGINT)
+    process.communicate(timeout=180)
+    assert process.returncode == 130
+    _, result, _ = load_run(isolated.home)
+    assert result["status"] == "interrupted"
+
+
 def test_sigterm_is_an_interrupt_too(llm, isolated):
     llm.add(Hang(60))
     process = _start(llm, isolated, "wait")
