@@ -422,9 +422,14 @@ class RunMemory:
             self.failure = f"{type(exc).__name__}: {exc}"
             return []
 
+    @property
+    def recall_filter(self) -> dict | None:
+        """What recall searches, as a store filter: this run, this work directory, or everything (None)."""
+        return ({"run": self.run_id} if self.scope == "run" else {"workdir": self.workdir} if self.scope == "workdir"
+                else None)
+
     def _recall_from_store(self, steps: list[StepRecord], room: int, shown: str) -> list[Recalled]:
-        where = ({"run": self.run_id} if self.scope == "run" else {"workdir": self.workdir} if self.scope == "workdir"
-                 else None)
+        where = self.recall_filter
         embedder = self.store.embedder
         cut = getattr(embedder, "relevant_distance", 2.0)
         objective_cut = getattr(embedder, "objective_distance", cut)

@@ -211,12 +211,8 @@ class Run:
 
     def store_might_hold(self) -> bool:
         """Whether the vector store may hold anything this run could recall (known without opening it)."""
-        memory, store = self.memory, self.memory.store
-        if store is None:
-            return False
-        where = ({"run": memory.run_id} if memory.scope == "run" else
-                 {"workdir": memory.workdir} if memory.scope == "workdir" else None)
-        return store.might_hold(where)
+        store = self.memory.store
+        return store is not None and store.might_hold(self.memory.recall_filter)
 
     def context(self, number: int) -> list[dict]:
         state = self.state

@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchlib import ROOT
+from benchlib import ROOT, common_prefix
 from memory.tokens import counter_for
 from tests.fake_llm import FakeLLM, rendered_prompt
 
@@ -68,19 +68,10 @@ def measure(steps: int, package_root: Path, prefill_s: float = 0.0) -> dict:
         total_requests = len(llm.requests)
     prompts = [ENCODING.encode(rendered_prompt(request), disallowed_special=()) for request in agent_requests]
     sent = sum(len(p) for p in prompts)
-    reused = sum(_common(a, b) for a, b in zip(prompts, prompts[1:]))
+    reused = sum(common_prefix(a, b) for a, b in zip(prompts, prompts[1:]))
     return {"steps": len(agent_requests), "sent": sent, "reused": reused, "fresh": sent - reused,
             "largest": max(len(p) for p in prompts), "calls_per_step": total_requests / len(agent_requests),
             "wall_s": wall}
-
-
-def _common(previous: list[int], current: list[int]) -> int:
-    n = 0
-    for a, b in zip(previous, current):
-        if a != b:
-            break
-        n += 1
-    return n
 
 
 def report(label: str, figures: dict) -> None:

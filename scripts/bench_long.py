@@ -35,7 +35,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchlib import ROOT
+from benchlib import ROOT, common_prefix
 from memory.context import MESSAGE_OVERHEAD, REPLY_PRIMING, message_text
 from memory.tokens import counter_for
 from tests.fake_llm import Calls, FakeLLM, rendered_prompt
@@ -172,7 +172,7 @@ def figures(requests: list[dict], all_calls: list[dict], budget: int) -> dict:
             cut += cut_inside(item)
     prompts = [ENCODING.encode(rendered_prompt(r), disallowed_special=()) for r in requests]
     sent = sum(len(p) for p in prompts)
-    reused = sum(_common(a, b) for a, b in zip(prompts, prompts[1:]))
+    reused = sum(common_prefix(a, b) for a, b in zip(prompts, prompts[1:]))
     sizes = [prompt_tokens(r) for r in requests]
     return {"steps": len(requests), "calls": calls, "notes": (note_seen, notes), "facts": (fact_seen, fact_pairs),
             "missing_most": missing_most, "recalled": recalled, "cut": cut, "fixed": sizes[0],
@@ -209,15 +209,6 @@ def cut_inside(item: str) -> bool:
 
 def prompt_tokens(request: dict) -> int:
     return sum(COUNTER.count(message_text(m)) + MESSAGE_OVERHEAD for m in request["messages"]) + REPLY_PRIMING
-
-
-def _common(previous: list[int], current: list[int]) -> int:
-    n = 0
-    for a, b in zip(previous, current):
-        if a != b:
-            break
-        n += 1
-    return n
 
 
 def report(label: str, f: dict) -> None:

@@ -20,6 +20,16 @@ TOPICS = ["weather", "prices", "logs", "users", "files", "network", "builds", "t
 OBJECTIVE = "Collect reports on many topics, then finish"
 
 
+def common_prefix(previous: list[int], current: list[int]) -> int:
+    """How many tokens `current` shares with the start of `previous` (what a prefix cache would serve)."""
+    n = 0
+    for a, b in zip(previous, current):
+        if a != b:
+            break
+        n += 1
+    return n
+
+
 def scripted_agent(steps: int, agent_prompts: list):
     """Step n prints a ~300-number report on a topic; the last step says done. Summaries are canned."""
 

@@ -274,10 +274,11 @@ def _wait_for(predicate, timeout=180.0):
     return False
 
 
-def _start(llm, isolated, *args):
+def _start(llm, isolated, *args, **popen):
     env = dict(os.environ, OPENAI_BASE_URL=llm.url, OPENAI_API_KEY="sk-test-key-123456")
     return subprocess.Popen([sys.executable, "-m", "miniagi", *args], cwd=isolated.work, env=env,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            **popen)
 
 
 def test_interrupt_saves_state_exits_130_and_resume_finishes_without_repeating(cli, llm, isolated):
@@ -309,10 +310,7 @@ def test_ctrl_c_works_even_when_started_with_sigint_ignored(llm, isolated):
     # a shell without job control starts background commands with SIGINT ignored (`miniagi … &` in a script, a
     # batch run in the background): the interrupt must still stop the run with its state saved
     llm.add(Hang(60))
-    env = dict(os.environ, OPENAI_BASE_URL=llm.url, OPENAI_API_KEY="sk-test-key-123456", MINIAGI_MEMORY_SCOPE="off")
-    process = subprocess.Popen([sys.executable, "-m", "miniagi", "wait"], cwd=isolated.work, env=env,
-                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    process = _start(llm, isolated, "wait", preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     assert _wait_for(lambda: len(llm.requests) == 1)
     process.send_signal(signal.SIGINT)
     process.communicate(timeout=180)

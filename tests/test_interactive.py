@@ -13,14 +13,15 @@ from miniagi import Agent, ScriptedModel, Settings
 from .conftest import act, run_dirs
 
 
-def run_in_terminal(llm, isolated, typed: str, *args) -> subprocess.CompletedProcess:
-    """miniagi with a real pseudo-terminal as stdin; what the person types is queued up front."""
+def run_in_terminal(llm, isolated, typed: str, *args, env: dict | None = None) -> subprocess.CompletedProcess:
+    """miniagi with a real pseudo-terminal as stdin; what the person types is queued up front. The endpoint is
+    `llm`, unless `env` is given whole."""
     master, slave = pty.openpty()
-    env = dict(os.environ, OPENAI_BASE_URL=llm.url, OPENAI_API_KEY="sk-test-key-123456")
+    env = dict(os.environ, OPENAI_BASE_URL=llm.url, OPENAI_API_KEY="sk-test-key-123456") if env is None else env
     try:
         os.write(master, typed.encode())
         return subprocess.run([sys.executable, "-m", "miniagi", *args], cwd=isolated.work, env=env, stdin=slave,
-                              capture_output=True, text=True, timeout=60)
+                              capture_output=True, text=True, timeout=120)
     finally:
         os.close(master)
         os.close(slave)

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-import pty
 import subprocess
-import sys
 from pathlib import Path
 
 from miniagi.cli import main
@@ -143,16 +141,8 @@ def test_a_replay_is_marked_and_counts_no_model_calls(cli, llm, isolated, capsys
 
 def in_terminal(isolated, typed: str, *args: str) -> subprocess.CompletedProcess:
     """miniagi with a pseudo-terminal as stdin (what the person types queued up front), the endpoint from ./.env."""
-    master, slave = pty.openpty()
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_BASE_URL", "OPENAI_API_KEY")}
-    env["MINIAGI_MEMORY_SCOPE"] = "off"
-    try:
-        os.write(master, typed.encode())
-        return subprocess.run([sys.executable, "-m", "miniagi", *args], cwd=isolated.work, stdin=slave, env=env,
-                              capture_output=True, text=True, timeout=120)
-    finally:
-        os.close(master)
-        os.close(slave)
+    return run_in_terminal(None, isolated, typed, *args, env=dict(env, MINIAGI_MEMORY_SCOPE="off"))
 
 
 # --- .env: read once, and not obeyed after a run could have written it ------------------------------------------------
