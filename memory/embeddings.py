@@ -11,6 +11,7 @@ every text to 256 tokens in a new session per call (~30x slower here).
 
 from __future__ import annotations
 
+import json
 import threading
 from importlib import resources
 from typing import Protocol, Sequence
@@ -99,7 +100,8 @@ class MiniLMEmbedder:
 
 
 class EndpointEmbedder:
-    """Embeddings from an OpenAI-compatible endpoint (OpenAI, Ollama, vLLM, …)."""
+    """Embeddings from an OpenAI-compatible endpoint (OpenAI, Ollama, vLLM, …). `client` has `post(path, body)`
+    returning the answer's JSON (miniagi.model.EndpointClient)."""
 
     def __init__(self, client, model: str):
         self.client = client
@@ -112,8 +114,12 @@ class EndpointEmbedder:
             return np.zeros((0, 1), dtype=np.float32)
         rows = []
         for start in range(0, len(texts), 256):
-            response = self.client.embeddings.create(model=self.model, input=[t or " " for t in
-                                                                              texts[start:start + 256]])
-            rows.extend(item.embedding for item in sorted(response.data, key=lambda d: d.index))
+            answer = self.client.post("/embeddings", {"model": self.model,
+                                                      "input": [t or " " for t in texts[start:start + 256]]})
+            try:
+                rows.extend(item["embedding"] for item in sorted(answer["data"], key=lambda d: d["index"]))
+            except (KeyError, TypeError) as exc:
+                raise ValueError(f"the embeddings endpoint answered without embeddings "
+                                 f"({json.dumps(answer)[:120]})") from exc
         vectors = np.array(rows, dtype=np.float32)
         return vectors / np.clip(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12, None)

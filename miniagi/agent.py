@@ -202,9 +202,11 @@ def open_vector_memory(settings: Settings, environ: Mapping[str, str], model,
         client = getattr(model, "client", None)
         if client is None:
             from .config import Endpoint
-            from .model import OpenAIModel
+            from .model import EndpointClient
 
-            client = OpenAIModel(Endpoint.from_environment(environ)).client
+            endpoint = Endpoint.from_environment(environ)
+            endpoint.check()
+            client = EndpointClient(endpoint)
         embedder = EndpointEmbedder(client, settings.embedding_model)
     return VectorMemory(settings.home_path / "memory", embedder, url=settings.memory_url, redact=redact)
 

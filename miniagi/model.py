@@ -1,19 +1,22 @@
 """The model behind one small interface: `complete(messages, model=...) -> Completion`.
 
-`OpenAIModel` speaks to any OpenAI-compatible endpoint through the `openai` package, retrying rate limits, 5xx and
-dropped connections with bounded backoff. `ScriptedModel` answers from a list, for tests, replay and demos.
+`OpenAIModel` speaks to any OpenAI-compatible endpoint over HTTP (httpx: `EndpointClient` builds each request, the
+reader below takes the answer as it streams), retrying rate limits, 5xx and dropped connections with bounded backoff.
+It does not go through the `openai` package: importing that costs ~0.6 s of every start, and all it did for us was
+build one POST and name the HTTP statuses. `ScriptedModel` answers from a list, for tests, replay and demos.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
-import sys
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Protocol, Union
+from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol, Union
 
 from .config import ConfigError, Endpoint
 from .retry import Backoff, retry_after
@@ -165,6 +168,72 @@ def count_prompt_tokens(messages: list[Message], model: str) -> int:
     return sum(counter.count(message_text(m)) + 4 for m in messages)
 
 
+class StatusError(Exception):
+    """The endpoint answered with an HTTP error status; `body` is its JSON (or text), `headers` its headers."""
+
+    def __init__(self, status_code: int, body: Any, headers: Mapping[str, str]):
+        self.status_code, self.body, self.headers = status_code, body, headers
+        super().__init__(f"HTTP {status_code}" + (f": {body[:300]}" if isinstance(body, str) and body else ""))
+
+
+ERROR_BODY_BYTES = 65_536  # what is read of an error answer: its message, not a proxy's whole error page
+
+
+class EndpointClient:
+    """The HTTP side of an OpenAI-compatible endpoint: its base URL and headers, and one httpx client whose
+    connections are kept from one request to the next. Proxies are taken from the environment, as curl does."""
+
+    def __init__(self, endpoint: Endpoint):
+        import httpx
+
+        from . import __version__
+
+        self.base_url = (endpoint.base_url or "https://api.openai.com/v1").rstrip("/")
+        # a local server needs no key; sending a placeholder keeps servers that want some Authorization content
+        headers = {"Authorization": f"Bearer {endpoint.api_key or 'not-needed'}", "Accept": "application/json",
+                   "User-Agent": f"miniagi/{__version__}"}
+        for header, name in (("OpenAI-Organization", "OPENAI_ORG_ID"), ("OpenAI-Project", "OPENAI_PROJECT_ID")):
+            if os.environ.get(name):
+                headers[header] = os.environ[name]
+        self.http = httpx.Client(headers=headers, follow_redirects=True, timeout=httpx.Timeout(120.0, connect=10.0))
+
+    @contextmanager
+    def stream(self, path: str, body: dict, timeout=None) -> Iterator:
+        """POST `body` as JSON and yield the answer unread (an httpx response); an error status raises
+        StatusError, a connection that fails raises httpx's error."""
+        request = self.http.build_request("POST", self.base_url + path, content=json.dumps(body).encode(),
+                                          headers={"Content-Type": "application/json"}, timeout=timeout)
+        response = self.http.send(request, stream=True)
+        try:
+            if response.status_code >= 400:
+                raise _status_error(response)
+            yield response
+        finally:
+            response.close()
+
+    def post(self, path: str, body: dict, timeout=None) -> dict:
+        """POST `body` as JSON and return the JSON answer (a dict)."""
+        with self.stream(path, body, timeout) as response:
+            return _json_body(response.read())
+
+
+def _status_error(response) -> StatusError:
+    data = bytearray()
+    try:
+        for piece in response.iter_bytes():
+            data += piece
+            if len(data) >= ERROR_BODY_BYTES:
+                break
+    except Exception:  # the error's text is a courtesy: a connection that breaks while sending it loses only that
+        pass
+    text = bytes(data[:ERROR_BODY_BYTES]).decode("utf-8", "replace").strip()
+    try:
+        body: Any = json.loads(text)
+    except ValueError:
+        body = text
+    return StatusError(response.status_code, body, response.headers)
+
+
 class OpenAIModel:
     """Any OpenAI-compatible chat endpoint (OpenAI, Ollama, vLLM, llama.cpp server, LM Studio, gateways).
 
@@ -177,9 +246,6 @@ class OpenAIModel:
     def __init__(self, endpoint: Endpoint, prices: PriceTable | None = None, *, backoff: Backoff = Backoff(),
                  request_timeout_s: float = 120.0, request_deadline_s: float | None = None, timeout_retries: int = 1,
                  on_retry: Callable[[str], None] | None = None):
-        import httpx
-        import openai
-
         endpoint.check()
         self.endpoint = endpoint
         self.prices = prices or PriceTable()
@@ -191,14 +257,8 @@ class OpenAIModel:
         self.on_retry = on_retry  # told about each wait, so a 10 s Retry-After does not look like a hang
         self._refused: dict[str, set[str]] = {}  # model → request parameters the endpoint rejected for it
         self._told: set[str] = set()  # what was said once already (a server that streams without usage)
-        # a local server needs no key, but the client insists on one
-        self.client = openai.OpenAI(
-            api_key=endpoint.api_key or "not-needed",
-            base_url=endpoint.base_url,
-            max_retries=0,  # we retry ourselves (retry.py says why), so every attempt is bounded and visible
-            # between bytes, not in all: the silence between chunks and the deadline are kept while reading
-            timeout=httpx.Timeout(request_timeout_s, connect=min(10.0, request_timeout_s)),
-        )
+        # one attempt per call: we retry ourselves (retry.py says why), so every attempt is bounded and visible
+        self.client = EndpointClient(endpoint)
 
     def check_reachable(self, timeout_s: float = 5.0) -> None:
         """Fail fast, with one clear line, when nothing listens at the endpoint (no request is sent)."""
@@ -292,7 +352,7 @@ class OpenAIModel:
 
     def _complete(self, messages: list[Message], model: str, options: dict, cap: int,
                   on_piece: Callable[[str], None] | None) -> Completion:
-        import openai
+        import httpx
 
         where = self.endpoint.base_url or "the OpenAI API"
         deadline_s = self.deadline(cap)
@@ -302,23 +362,37 @@ class OpenAIModel:
             attempts += 1
             started = time.monotonic()
             try:
-                # the wait for the answer's headers (llama.cpp sends them with the first token) is bounded too
-                timeout = type(self.client.timeout)(min(self.request_timeout_s, deadline_s),
-                                                    connect=min(10.0, self.request_timeout_s))
-                with self.client.chat.completions.with_streaming_response.create(
-                        model=model, messages=messages, timeout=timeout, **options) as response:
-                    reply = read_reply(response.http_response, started, silence_s=self.request_timeout_s,
+                # between bytes, not in all: the wait for the answer's headers (llama.cpp sends them with the
+                # first token) is bounded by the silence allowed; while reading, read_reply keeps the deadline
+                timeout = httpx.Timeout(min(self.request_timeout_s, deadline_s),
+                                        connect=min(10.0, self.request_timeout_s))
+                with self.client.stream("/chat/completions", {"model": model, "messages": messages, **options},
+                                        timeout) as response:
+                    reply = read_reply(response, started, silence_s=self.request_timeout_s,
                                        deadline_s=deadline_s, cap=cap, on_piece=on_piece)
                 return self._completion(reply, messages, model, options, cap, started)
-            except openai.AuthenticationError:
-                raise ModelRejected(f"the endpoint {where} rejected the API key: set a valid OPENAI_API_KEY") from None
-            except openai.NotFoundError as exc:
-                raise ModelRejected(f"the endpoint {where} does not know model {model!r} (or the URL is wrong): "
-                                    f"check --model / MINIAGI_MODEL and OPENAI_BASE_URL ({_error_text(exc)})"
-                                    f"{_missing_v1(self.endpoint.base_url)}") from None
-            except openai.PermissionDeniedError as exc:
-                raise ModelRejected(f"the endpoint {where} refused access to {model!r}: {_error_text(exc)}") from None
-            except (openai.APITimeoutError, Silent) as exc:  # a silent server costs request_timeout_s a try
+            except StatusError as exc:
+                if exc.status_code == 401:
+                    raise ModelRejected(f"the endpoint {where} rejected the API key: set a valid OPENAI_API_KEY"
+                                        ) from None
+                if exc.status_code == 404:
+                    raise ModelRejected(f"the endpoint {where} does not know model {model!r} (or the URL is wrong): "
+                                        f"check --model / MINIAGI_MODEL and OPENAI_BASE_URL ({_error_text(exc)})"
+                                        f"{_missing_v1(self.endpoint.base_url)}") from None
+                if exc.status_code == 403:
+                    raise ModelRejected(f"the endpoint {where} refused access to {model!r}: {_error_text(exc)}"
+                                        ) from None
+                failure = (exc.status_code, _error_text(exc))
+                if exc.status_code not in (408, 409, 429) and exc.status_code < 500:
+                    raise ModelError(f"the endpoint answered {exc.status_code}: {failure[1]}") from None
+                if exc.status_code != 429 and failure == last_failure and names_the_request(failure[1], options):
+                    # the chat template's "Conversation roles must alternate", a field it does not know: the
+                    # request is at fault, and sending it a third time will not change the answer
+                    raise ModelError(f"the endpoint answered {exc.status_code} twice with the same error: "
+                                     f"{failure[1]}") from None
+                last_failure = failure
+                problem, error = _describe(exc, where), exc
+            except (httpx.TimeoutException, Silent) as exc:  # a silent server costs request_timeout_s a try
                 if time.monotonic() - started >= deadline_s:
                     problem = _past_deadline(where, deadline_s)
                     break
@@ -329,7 +403,7 @@ class OpenAIModel:
             except PastDeadline:  # a trickle would trickle again: not retried
                 problem = _past_deadline(where, deadline_s)
                 break
-            except (openai.APIConnectionError, openai.RateLimitError) as exc:
+            except httpx.TransportError as exc:  # nothing listens, the connection broke before an answer
                 if _tls_mismatch(exc):  # https:// to a server that speaks plain http: retrying cannot help
                     raise ModelRejected(f"the endpoint {where} does not speak TLS (https): a local server usually "
                                         f"wants http:// — set OPENAI_BASE_URL={_as_http(where)}") from None
@@ -338,17 +412,6 @@ class OpenAIModel:
                 problem, error = f"the connection to the model endpoint {where} dropped mid-reply ({exc})", exc
             except FailedMidReply as exc:
                 problem, error = f"the model endpoint {where} failed mid-reply: {exc}", exc
-            except openai.APIStatusError as exc:
-                failure = (exc.status_code, _error_text(exc))
-                if exc.status_code not in (408, 409) and exc.status_code < 500:
-                    raise ModelError(f"the endpoint answered {exc.status_code}: {failure[1]}") from None
-                if failure == last_failure and names_the_request(failure[1], options):
-                    # the chat template's "Conversation roles must alternate", a field it does not know: the
-                    # request is at fault, and sending it a third time will not change the answer
-                    raise ModelError(f"the endpoint answered {exc.status_code} twice with the same error: "
-                                     f"{failure[1]}") from None
-                last_failure = failure
-                problem, error = _describe(exc, where), exc
             except BadResponse as exc:  # a 200 whose body is not a completion (not JSON, not UTF-8, too large)
                 problem, error = str(exc), exc
             if attempt < self.retries:
@@ -409,8 +472,7 @@ class OpenAIModel:
         return count_prompt_tokens(messages, model), completion if reply.past_cap else min(completion, cap)
 
     def _delay(self, attempt: int, exc: Exception) -> float:
-        response = getattr(exc, "response", None)
-        return self.backoff.delay(attempt, retry_after(getattr(response, "headers", None)))
+        return self.backoff.delay(attempt, retry_after(getattr(exc, "headers", None)))
 
 
 # --- reading a reply ------------------------------------------------------------------------------------------------
@@ -520,7 +582,8 @@ def read_reply(http, started: float, *, silence_s: float, deadline_s: float, cap
     """Read an answer as it arrives: server-sent events (a stream), or one JSON body (a server that does not
     stream). Raises Silent when no complete chunk came for `silence_s`, PastDeadline past `deadline_s` from
     `started`, Dropped when the connection breaks; stops at the end, or once the reply runs past `cap`."""
-    lib = sys.modules[type(http).__module__.split(".")[0]]  # httpx, or the fork the openai client uses
+    import httpx
+
     streamed = "text/event-stream" in http.headers.get("content-type", "")
     reply, bound = Reply(streamed), cap * BYTES_PER_TOKEN_BOUND + 1_000_000
     buffer, event, size, last_event = bytearray(), [], 0, started
@@ -559,10 +622,10 @@ def read_reply(http, started: float, *, silence_s: float, deadline_s: float, cap
                 raise PastDeadline()
             if now - last_event > silence_s:  # bytes, but no chunk: a trickle
                 raise Silent()
-    except lib.TimeoutException:
+    except httpx.TimeoutException:
         if not reply.done:  # after [DONE], a server that holds the connection open has still answered
             raise Silent() from None
-    except lib.TransportError as exc:
+    except httpx.TransportError as exc:
         if not reply.done:
             raise Dropped(str(exc) or type(exc).__name__) from None
     if not streamed:
@@ -653,12 +716,23 @@ def cached_prompt_tokens(usage: dict | None, timings: dict | None = None) -> int
 
 
 def _error_text(exc: Exception) -> str:
+    """What an error answer says: OpenAI's {"error": {"message"}}, Ollama's {"error": "..."}, a {"detail"} or
+    {"message"}, other JSON as it is, or the text of the answer (a proxy's error page)."""
     body = getattr(exc, "body", None)
     if isinstance(body, dict):
-        inner = body["error"] if isinstance(body.get("error"), dict) else body
-        if inner.get("message"):
-            return str(inner["message"])
-    return str(getattr(exc, "message", None) or exc)
+        for inner in (body.get("error"), body):
+            if isinstance(inner, dict):
+                said = inner.get("message") or inner.get("detail")
+                if isinstance(said, str) and said:
+                    return said[:500]
+            elif isinstance(inner, str) and inner:
+                return inner[:500]
+        return json.dumps(body)[:300]
+    if isinstance(body, str) and body:
+        return " ".join(body.split())[:300]
+    if isinstance(exc, StatusError):
+        return f"HTTP {exc.status_code}"
+    return str(exc)
 
 
 def _tls_mismatch(exc: BaseException) -> bool:
@@ -692,11 +766,11 @@ def _missing_v1(base_url: str | None) -> str:
 
 
 def _describe(exc: Exception, where: str) -> str:
-    import openai
+    import httpx
 
-    if isinstance(exc, openai.APITimeoutError):
+    if isinstance(exc, httpx.TimeoutException):
         return f"the model endpoint {where} timed out"
-    if isinstance(exc, openai.APIConnectionError):
+    if isinstance(exc, httpx.TransportError):
         return f"cannot reach the model endpoint {where}: check OPENAI_BASE_URL and that the server is running"
     status = getattr(exc, "status_code", "?")
     return f"the model endpoint {where} kept failing (HTTP {status}: {_error_text(exc)})"

@@ -1,4 +1,5 @@
-"""A scripted OpenAI-compatible server on 127.0.0.1 (stdlib only), driven by the real `openai` client.
+"""A scripted OpenAI-compatible server on 127.0.0.1 (stdlib only). test_client.py checks that the official `openai`
+client reads it as it reads OpenAI, and that miniagi's own client sends what the official one sends.
 
 /v1/embeddings answers with word-hashing vectors. A request to /v1/chat/completions takes the script's next item:
   str                       → a normal completion with that text
@@ -115,6 +116,7 @@ class FakeLLM:
         self.prefill_s_per_token = prefill_s_per_token
         self.last_prompt: dict[str, str] = {}  # model → its previous prompt (the cache slot)
         self.requests: list[dict] = []  # every chat request body received, failures included
+        self.headers: list[dict] = []  # the headers of each of those requests (names lower-cased)
         self.disconnects = 0  # streamed replies the client closed before their end
         self.embedding_requests: list[dict] = []
         self.lock = threading.Lock()
@@ -182,6 +184,7 @@ class FakeLLM:
                     return
                 with fake.lock:
                     fake.requests.append(request)
+                    fake.headers.append({name.lower(): value for name, value in self.headers.items()})
                 item = fake.responder(request) if fake.responder else None
                 item = fake._next() if item is None else item
                 while isinstance(item, Hang):

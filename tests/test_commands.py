@@ -1,6 +1,6 @@
 """Commands as typed functions: one definition gives the tags help, the tools and json schemas and the functions
 inside execute_python; each reply format sends its own stops. Driven in-process against the scripted
-OpenAI-compatible server with the real openai client."""
+OpenAI-compatible server with the real model client."""
 
 from __future__ import annotations
 

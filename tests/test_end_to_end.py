@@ -1,4 +1,4 @@
-"""`miniagi` as a user runs it: a real subprocess, the real openai client, a scripted endpoint on 127.0.0.1."""
+"""`miniagi` as a user runs it: a real subprocess, the real model client, a scripted endpoint on 127.0.0.1."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The three reply protocols (tags, tools, json) over one loop, against the scripted OpenAI-compatible server and the
-real openai client; and what a real small model taught the tag format."""
+real model client; and what a real small model taught the tag format."""
 
 from __future__ import annotations
 

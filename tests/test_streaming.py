@@ -1,6 +1,6 @@
 """Every model request streams: silence between chunks is caught, a steady slow reply is never cut, a trickle ends at
 the request's deadline, pieces are put together as a non-streamed reply would give them, and a server that will not
-stream still answers. The model client is driven in-process against the scripted server (the real `openai` client);
+stream still answers. The model client is driven in-process against the scripted server (miniagi's real HTTP client);
 the run itself as a process where signals or the whole command line matter."""
 
 from __future__ import annotations
