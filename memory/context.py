@@ -109,6 +109,8 @@ class Summary:
 
 def truncate_middle(text: str, counter: TokenCounter, max_tokens: int) -> str:
     """Keep the head and tail of text within max_tokens, saying what was cut."""
+    if counter.surely_within(text, max_tokens):  # short enough by its bytes: not even encoded
+        return text
     return fit(text, counter, max_tokens)[0]
 
 
@@ -140,12 +142,22 @@ def head_notes(notes: list[Note]) -> list[Note]:
     return kept
 
 
-@dataclass
 class Context:
-    messages: list[dict]
-    tokens: int
-    steps_shown: int  # how many steps are in view, verbatim
-    reshaped: bool = False  # steps left the view to make this prompt: it does not extend the one before
+    """A prompt: its messages, and their tokens (counted when first asked for, when not known already: a run's
+    first prompt goes out before the tokenizer is loaded)."""
+
+    def __init__(self, messages: list[dict], tokens: int | Callable[[], int], steps_shown: int,
+                 reshaped: bool = False):
+        self.messages = messages
+        self._tokens = tokens
+        self.steps_shown = steps_shown  # how many steps are in view, verbatim
+        self.reshaped = reshaped  # steps left the view to make this prompt: it does not extend the one before
+
+    @property
+    def tokens(self) -> int:
+        if callable(self._tokens):
+            self._tokens = self._tokens()
+        return self._tokens
 
 
 class ContextBuilder:
@@ -165,6 +177,11 @@ class ContextBuilder:
     def message_tokens(self, messages: list[dict]) -> int:
         return sum(self._count(m) + MESSAGE_OVERHEAD for m in messages)
 
+    def surely_within(self, messages: list[dict], max_tokens: int) -> bool:
+        """Whether a prompt of these messages surely takes at most max_tokens, known by its bytes (no encoding)."""
+        room = max_tokens - REPLY_PRIMING - MESSAGE_OVERHEAD * len(messages)
+        return self.counter.surely_within("".join(message_text(m) for m in messages), room)
+
     def _count(self, message: dict) -> int:
         """The system prompt is the same every step: its count is kept."""
         if message["role"] != "system":
@@ -175,9 +192,12 @@ class ContextBuilder:
 
     def check_fits(self, system: str, objective: str, background: str = "") -> None:
         """Fail at the start, not at step 40, when the fixed parts cannot fit."""
-        fixed = self.message_tokens([{"role": "system", "content": system},
-                                     {"role": "user", "content": self.head(objective, Summary(), [], background)
-                                      + "\n\n" + self.request(1)}]) + REPLY_PRIMING
+        messages = [{"role": "system", "content": system},
+                    {"role": "user", "content": self.head(objective, Summary(), [], background) + "\n\n"
+                     + self.request(1)}]
+        if self.surely_within(messages, self.max_tokens - 200):  # the usual case, known without the tokenizer
+            return
+        fixed = self.message_tokens(messages) + REPLY_PRIMING
         # leave room for at least one step of a few hundred tokens
         if fixed + 200 > self.max_tokens:
             raise ContextOverflow(
@@ -239,6 +259,9 @@ class ContextBuilder:
         messages = [{"role": "system", "content": system}, {"role": "user", "content": head}]
         messages += [message for pair in pairs for message in pair]
         messages[-1] = dict(messages[-1], content=f"{messages[-1]['content']}\n\n{tail}")
+        if not pairs and self.surely_within(messages, self.max_tokens):  # counted if asked (a run's first prompt)
+            return Context(messages=messages, tokens=lambda: self.message_tokens(messages) + REPLY_PRIMING,
+                           steps_shown=0)
         if pairs and pair_tokens is not None:
             tokens = (self.message_tokens(messages[:2]) + sum(pair_tokens[:-1])
                       + self.message_tokens(messages[-2:]))

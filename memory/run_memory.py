@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Callable
 
 from .condense import condense, split_by_tokens, words_for
@@ -73,16 +74,22 @@ class Recalled:
         return {"id": self.id, "label": self.label, "text": self.text}
 
 
-@dataclass
 class Layout:
-    """A prompt measured before its tail's recall is chosen."""
+    """A prompt measured before its tail's recall is chosen. The fixed part and the tail are counted when first
+    needed: a first prompt that recalls nothing is sent without counting them (see ContextBuilder.assemble)."""
 
-    view: list[StepRecord]
-    head: str
-    pairs: list[list[dict]]
-    counts: list[int]
-    fixed: int  # system and head
-    tail: int  # the tail without recalled memories
+    def __init__(self, view: list[StepRecord], head: str, pairs: list[list[dict]], counts: list[int],
+                 count_fixed: Callable[[], int], count_tail: Callable[[], int]):
+        self.view, self.head, self.pairs, self.counts = view, head, pairs, counts
+        self._count_fixed, self._count_tail = count_fixed, count_tail
+
+    @cached_property
+    def fixed(self) -> int:  # system and head
+        return self._count_fixed()
+
+    @cached_property
+    def tail(self) -> int:  # the tail without recalled memories
+        return self._count_tail()
 
     @property
     def tokens(self) -> int:
@@ -145,7 +152,7 @@ class RunMemory:
         and `advice` (the critic's labelled block) are for this prompt's tail only."""
         limit, before = self.builder.max_tokens, self.summary
         layout = self._layout(system, steps, next_step, alerts, advice)
-        while self._needed(layout) > limit and len(layout.view) > 1:
+        while len(layout.view) > 1 and self._needed(layout) > limit:
             last = layout.view[self._leaving(layout) - 1].step  # the last step to leave the view
             if self.preparing is not None and not self.preparing.thread.is_alive():  # a summary is ready
                 self._adopt(self._take())
@@ -157,7 +164,7 @@ class RunMemory:
                 leaving = [s for s in steps if self.summary.through_step < s.step <= last]
                 self._adopt(self.make_summary(self.summary, leaving, list(steps)))
             layout = self._layout(system, steps, next_step, alerts, advice)
-        squeeze = self._needed(layout) > limit and bool(layout.view)
+        squeeze = bool(layout.view) and self._needed(layout) > limit
         if not squeeze:
             self._prepare(layout, steps)
         context = self._finish(system, steps, layout, next_step, alerts, advice, squeeze)
@@ -176,10 +183,9 @@ class RunMemory:
             pair, tokens = self._rendering(record)
             pairs.append(pair)
             counts.append(tokens)
-        fixed = self.builder.message_tokens([{"role": "system", "content": system},
-                                             {"role": "user", "content": head}])
-        tail = self.counter.count(self.builder.tail(next_step, "", alerts, advice)) + 2
-        return Layout(view, head, pairs, counts, fixed + 3, tail)
+        fixed = [{"role": "system", "content": system}, {"role": "user", "content": head}]
+        return Layout(view, head, pairs, counts, lambda: self.builder.message_tokens(fixed) + 3,
+                      lambda: self.counter.count(self.builder.tail(next_step, "", alerts, advice)) + 2)
 
     def _needed(self, layout: Layout) -> int:
         return layout.tokens + int(self.recall_budget * RECALL_RESERVE)
@@ -274,14 +280,16 @@ class RunMemory:
             room = limit - layout.fixed - sum(counts[:-1]) - layout.tail - int(self.recall_budget * RECALL_RESERVE)
             pairs[-1] = self.builder.render(layout.view[-1], room)
             counts[-1] = self.builder.message_tokens(pairs[-1])
-        room = min(self.recall_budget, limit - layout.fixed - sum(counts) - layout.tail - 4)
-        shown = "\n".join([layout.head] + [message_text(m) for pair in pairs for m in pair])
-        recalled = self._recall(steps, room, shown)
+        recalled: list[Recalled] = []
+        if self.store is not None:
+            room = min(self.recall_budget, limit - layout.fixed - sum(counts) - layout.tail - 4)
+            shown = "\n".join([layout.head] + [message_text(m) for pair in pairs for m in pair])
+            recalled = self._recall(steps, room, shown)
         while True:
             text = "\n".join(f"- ({item.label}) {item.text}" for item in recalled)
             tail = self.builder.tail(next_step, text, alerts, advice)
             context = self.builder.assemble(system, layout.head, pairs, tail, pair_tokens=counts)
-            if context.tokens <= limit or not recalled:  # counts of joined texts may differ by a token or two
+            if not recalled or context.tokens <= limit:  # counts of joined texts may differ by a token or two
                 break
             recalled.pop()
         self.last_recalled = recalled
@@ -495,6 +503,11 @@ class RunMemory:
     def flush(self) -> None:
         if self.store is not None:
             self.store.flush()
+
+    def finish(self) -> None:
+        """The end of a run: its memories stored, or journaled (see VectorMemory.finish)."""
+        if self.store is not None:
+            self.store.finish()
 
     def step_item(self, record: StepRecord) -> MemoryItem:
         text = (f"Thought: {record.thought}\nCommand: {record.command} {record.arg}\nResult:\n{record.observation}"

@@ -34,6 +34,7 @@ class MemoryItem:
     source: str = ""
     key: str = ""  # the text to embed, when not the start of `text`
     workdir: str = ""  # where the run worked: recall keeps to the current work directory unless asked
+    at: float = 0.0  # when it was remembered (0: when it is stored)
 
     @property
     def embed_text(self) -> str:
@@ -41,7 +42,7 @@ class MemoryItem:
         return self.key[:KEY_CHARS] if self.key else self.text
 
     def metadata(self) -> dict:
-        data = {"run": self.run, "kind": self.kind, "step": self.step, "time": time.time()}
+        data = {"run": self.run, "kind": self.kind, "step": self.step, "time": self.at or time.time()}
         if self.source:
             data["source"] = self.source
         if self.workdir:
@@ -82,13 +83,13 @@ class VectorMemory:
         self.url = url  # a chromadb server instead of the local folder: one memory for many machines
         self.embedder = embedder
         self._collection = None
-        self._open_lock = threading.Lock()
+        self._open_lock = threading.RLock()  # opening stores the journals, which asks for the collection
         self._queue: queue.Queue = queue.Queue(maxsize=WRITE_QUEUE)
         self._writer: threading.Thread | None = None
         self._writer_error: BaseException | None = None
         self._flushing = threading.Event()
         self._vectors: dict[str, object] = {}  # objective → vector
-        self._pending: set[str] = set()  # ids queued and not stored yet
+        self._pending: dict[str, MemoryItem] = {}  # queued and not stored yet, by id
         self._pending_lock = threading.Lock()
 
     @property
@@ -114,7 +115,69 @@ class VectorMemory:
             self._collection = client.get_or_create_collection(
                 f"memories-{self.embedder.name}", embedding_function=None,
                 configuration={"hnsw": {"space": "cosine"}})
+            self._ingest_journals()
         return self._collection
+
+    def warm(self) -> None:
+        """Load the embedder and open the store (from a thread, while the caller goes on with other work); a
+        failure is left for the caller's own use of them to meet and report."""
+        try:
+            self.embedder.embed(["warm"])
+            with self._open_lock:
+                self._open()
+        except Exception:
+            pass
+
+    # --- the journal: what short runs remembered, stored by the next process that opens the store ----------------
+    # A run that ends before chromadb and the embedder have loaded (~1 s; a one-step run against a fast model) does
+    # not wait for them: its items go to a journal file, written whole (a temporary file renamed), and whoever opens
+    # the store next (a run, `memory search`, `memory clear`) stores them first. Ids make storing twice harmless.
+    @property
+    def _journal(self) -> Path:
+        return self.path / "journal"
+
+    def _write_journal(self, items: list[MemoryItem]) -> None:
+        import json
+        import uuid
+        from dataclasses import asdict
+
+        self._journal.mkdir(parents=True, exist_ok=True)
+        name = f"{time.time():.6f}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        partial = self._journal / f".{name}.tmp"
+        lines = [json.dumps(asdict(replace(item, text=self.redact(item.text), key=self.redact(item.key),
+                                           at=item.at or time.time())), ensure_ascii=False) for item in items]
+        partial.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        os.replace(partial, self._journal / f"{name}.jsonl")
+        self._mark(items)
+
+    def _ingest_journals(self) -> None:
+        """Store the items of every journal (each claimed first by renaming it, so two processes opening the store
+        at once do not both store it; a claim whose process died is taken over)."""
+        import json
+
+        if self.url or not self._journal.is_dir():
+            return
+        for path in sorted(self._journal.iterdir()):
+            if path.name.startswith("."):
+                continue
+            if path.suffix == ".jsonl":
+                claimed = path.with_name(f"{path.stem}.claimed-{os.getpid()}")
+            elif ".claimed-" in path.name and not _alive(int(path.name.rsplit("-", 1)[1])):
+                claimed = path.with_name(f"{path.name.split('.claimed-')[0]}.claimed-{os.getpid()}")
+            else:
+                continue
+            try:
+                os.replace(path, claimed)
+            except FileNotFoundError:  # another process claimed it first
+                continue
+            items = []
+            for line in claimed.read_text(encoding="utf-8").splitlines():
+                try:
+                    items.append(MemoryItem(**json.loads(line)))
+                except (ValueError, TypeError):  # a line that is not an item (a newer format): skipped
+                    continue
+            self._write(items, [None] * len(items))
+            claimed.unlink(missing_ok=True)
 
     # --- what the store holds, known without opening it --------------------------------------------------------
     # Opening chromadb and loading the embedder costs a second or more; a run's first step need not pay for it when
@@ -130,13 +193,12 @@ class VectorMemory:
 
     def might_hold(self, where: dict | None = None) -> bool:
         """False only when the store surely holds nothing matching `where` (a {"workdir"} or {"run"} filter, or
-        None for anything): then recall can skip opening it. A server, or a store from before the markers, might."""
+        None for anything), its journal included: then recall can skip opening it. A server, or a store from before
+        the markers, might."""
         if self.url or self._collection is not None:
             return True
-        if not (self.path / "chroma.sqlite3").exists():
-            return False
         if not self._markers.is_dir():
-            return True  # written before markers existed: unknown
+            return (self.path / "chroma.sqlite3").exists()  # none, or written before markers existed: unknown
         if where and "workdir" in where:
             return self._marker(where["workdir"]).exists()
         if where and "run" in where:
@@ -164,16 +226,29 @@ class VectorMemory:
         if self._writer is None:
             self._writer = threading.Thread(target=self._write_forever, name="memory-writer", daemon=True)
             self._writer.start()
-        items = list(items)
+        items = [item if item.at else replace(item, at=time.time()) for item in items]
         with self._pending_lock:
-            self._pending.update(item.id for item in items)
+            self._pending.update((item.id, item) for item in items)
         for item, vector in zip(items, vectors or [None] * len(items)):
             self._queue.put((item, vector))
 
     def pending(self, ids: Iterable[str]) -> bool:
         """Whether any of these items is still waiting for the background writer."""
         with self._pending_lock:
-            return not self._pending.isdisjoint(ids)
+            return not self._pending.keys().isdisjoint(ids)
+
+    def finish(self) -> None:
+        """At the end of a run: every queued item stored, or, while chromadb is still loading, written to the
+        journal instead of waited for (the writer goes on in this process, if it lives on)."""
+        if self._writer is None or self.url or self._collection is not None:
+            self.flush()
+            return
+        if self._writer_error is not None:
+            raise self._writer_error
+        with self._pending_lock:
+            waiting = list(self._pending.values())
+        if waiting:
+            self._write_journal(waiting)
 
     def flush(self) -> None:
         """Wait until every queued item is stored."""
@@ -236,7 +311,8 @@ class VectorMemory:
             return self._write(items, known)
         finally:
             with self._pending_lock:
-                self._pending.difference_update(item.id for item in items)
+                for item in items:
+                    self._pending.pop(item.id, None)
 
     def _write(self, items: list[MemoryItem], known: list) -> int:
         pairs = [(replace(item, text=self.redact(item.text), key=self.redact(item.key)), vector)
@@ -315,3 +391,13 @@ class VectorMemory:
         return {"path": self.url or str(self.path), "embedder": self.embedder.name, "items": len(metadatas),
                 "kinds": kinds,
                 "runs": len(runs - {None})}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

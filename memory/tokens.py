@@ -90,9 +90,13 @@ class TokenCounter:
         """The count for this model of a text that encodes to `encoded_tokens` tokens."""
         return encoded_tokens if self.margin == 1.0 else int(encoded_tokens * self.margin) + 1
 
+    def most(self, text: str) -> int:
+        """The most tokens text can count, known without encoding it: a token is at least one byte."""
+        return self.scaled(len(text.encode("utf-8", "surrogatepass")))
+
     def surely_within(self, text: str, max_tokens: int) -> bool:
-        """True when text cannot exceed max_tokens, known without encoding it (a token is at least one byte)."""
-        return self.scaled(len(text.encode("utf-8"))) <= max_tokens
+        """True when text cannot exceed max_tokens, known without encoding it."""
+        return self.most(text) <= max_tokens
 
 
 _loading = threading.Lock()

@@ -129,15 +129,20 @@ class PriceTable:
         return ((prompt_tokens - cached) * per_input + cached * per_cached
                 + completion_tokens * per_output) / 1_000_000
 
-    def ceiling(self, model: str, messages: list[Message], max_tokens: int, tools: list[dict] | None = None) -> float:
+    def ceiling(self, model: str, messages: list[Message], max_tokens: int, tools: list[dict] | None = None,
+                exact: bool = True) -> float:
         """The most a call can cost: its prompt as counted here (tool schemas included), and a reply of
-        max_tokens. Nothing is counted for a model that costs nothing."""
+        max_tokens. Nothing is counted for a model that costs nothing. `exact=False`: a higher bound, known
+        without the tokenizer (a token is at least a byte), enough when even that is within the limit."""
         if not any(self.price(model)):
             return 0.0
+        from memory.context import message_text
         from memory.tokens import counter_for
 
-        schemas = counter_for(model).count(json.dumps(tools)) if tools else 0
-        return self.cost(model, count_prompt_tokens(messages, model) + schemas, max_tokens)
+        counter = counter_for(model)
+        count = counter.count if exact else counter.most
+        schemas = count(json.dumps(tools)) if tools else 0
+        return self.cost(model, sum(count(message_text(m)) + 4 for m in messages) + schemas, max_tokens)
 
     def saved(self, model: str, cached_tokens: int) -> float:
         """What the cache saved: cached tokens at the input price less the cached price."""

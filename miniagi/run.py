@@ -114,6 +114,8 @@ class Run:
             if not self.resumed:
                 self.recall_first = self.store_might_hold()  # asked before this run stores anything
             if self.recall_first:  # storing it loads chromadb and the embedder in the background, as recall needs
+                if self.memory.store is not None:  # while the first prompt is measured (tiktoken loads meanwhile)
+                    threading.Thread(target=self.memory.store.warm, name="memory-warm", daemon=True).start()
                 self.remember(*objective)
                 objective = []
             # else it is stored once the first request is out: loading them now would only slow that request down
@@ -176,10 +178,15 @@ class Run:
             raise LimitReached(f"model call limit reached ({limit} calls). Continue with "
                                f"`miniagi resume {self.record.run_id} --max-calls {limit * 2}`")
 
+    def affordable(self, next_call: float = 0.0) -> bool:
+        """Whether a call that costs at most `next_call` stays within the cost limit."""
+        state, limit = self.state, self.settings.max_cost
+        return not limit or (state.cost_usd < limit and state.cost_usd + next_call <= limit)
+
     def check_cost(self, next_call: float = 0.0) -> None:
         """Stop at the limit, and before a call that could pass it (`next_call`: the most it can cost)."""
         state, limit = self.state, self.settings.max_cost
-        if not limit or (state.cost_usd < limit and state.cost_usd + next_call <= limit):
+        if self.affordable(next_call):
             return
         spent = f"${state.cost_usd:.4f} of ${limit:g} spent"
         reason = (f"cost limit reached ({spent})" if state.cost_usd >= limit else
@@ -358,7 +365,13 @@ class Run:
             request.update(self.agent.protocol.request())
         self.check_calls()
         prices = getattr(self.agent.model, "prices", None)  # a replay has none: it costs nothing
-        self.check_cost(prices.ceiling(model, messages, request["max_tokens"], request.get("tools")) if prices else 0)
+        if prices:  # a bound known by bytes is enough when it is within the limit; else the tokens are counted
+            ceiling = prices.ceiling(model, messages, request["max_tokens"], request.get("tools"), exact=False)
+            if not self.affordable(ceiling):
+                ceiling = prices.ceiling(model, messages, request["max_tokens"], request.get("tools"))
+            self.check_cost(ceiling)
+        else:
+            self.check_cost()
         with self.ui.receiving(role) as on_piece:
             completion = self.agent.model.complete(messages, model=model, role=role, on_piece=on_piece, **request)
         saved = self.agent.prices.saved(model, completion.cached_tokens)
@@ -390,9 +403,10 @@ class Run:
             self.memory.store = None
 
     def flush_memory(self) -> None:
-        """The run's last memories reach the store before it ends (they are written in the background)."""
+        """The run's last memories reach the store (or its journal) before it ends (they are written in the
+        background)."""
         try:
-            self.memory.flush()
+            self.memory.finish()
         except Exception as exc:
             self.ui.warn(f"some memories of this run could not be stored: {type(exc).__name__}: {exc}")
 

@@ -35,7 +35,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchlib import ROOT, common_prefix
+from benchlib import ROOT, checkout, common_prefix
 from memory.context import MESSAGE_OVERHEAD, REPLY_PRIMING, message_text
 from memory.tokens import counter_for
 from tests.fake_llm import Calls, FakeLLM, rendered_prompt
@@ -233,25 +233,16 @@ def main() -> None:
     parser.add_argument("--protocols", default="tags", help="comma-separated: tags, tools, json")
     parser.add_argument("--before", metavar="REV", help="also measure this earlier commit, for comparison")
     args = parser.parse_args()
-    versions = [("now", ROOT)]
-    worktree = None
-    if args.before:
-        worktree = Path(tempfile.mkdtemp(prefix="miniagi-before-"))
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(worktree), args.before],
-                       check=True, capture_output=True)
-        versions.insert(0, (f"before ({args.before})", worktree))
     print("targets: notes 100 %, facts >= 98 %, 0 cut items, fixed part <= 750 tokens at 3,000, <= 1.25 calls per "
           "step, reuse >= 60 % at 3,000 (>= 75 % at 8,000), every prompt within the budget")
-    try:
+    with checkout(args.before) as worktree:
+        versions = [(f"before ({args.before})", worktree)] if worktree else []
+        versions.append(("now", ROOT))
         for budget in (int(b) for b in args.budgets.split(",")):
             for protocol in args.protocols.split(","):
                 print(f"budget {budget:,}, protocol {protocol}:")
                 for label, root in versions:
                     report(label, measure(budget, protocol, root))
-    finally:
-        if worktree is not None:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(worktree)],
-                           capture_output=True)
 
 
 if __name__ == "__main__":

@@ -3,10 +3,14 @@ vector store filled to a given size."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
+import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -18,6 +22,21 @@ from tests.fake_llm import FakeLLM  # noqa: E402
 
 TOPICS = ["weather", "prices", "logs", "users", "files", "network", "builds", "tests", "metrics", "errors"]
 OBJECTIVE = "Collect reports on many topics, then finish"
+
+
+@contextmanager
+def checkout(rev: str | None) -> Iterator[Path | None]:
+    """An earlier commit checked out in a temporary worktree (None when no rev is given), removed afterwards."""
+    if rev is None:
+        yield None
+        return
+    worktree = Path(tempfile.mkdtemp(prefix="miniagi-before-"))
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(worktree), rev], check=True,
+                   capture_output=True)
+    try:
+        yield worktree
+    finally:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(worktree)], capture_output=True)
 
 
 def common_prefix(previous: list[int], current: list[int]) -> int:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from memory.embeddings import MiniLMEmbedder
 from memory.store import MemoryItem, VectorMemory
 
@@ -33,3 +35,122 @@ def test_a_first_run_recalls_nothing_at_step_1_and_a_later_run_of_the_folder_doe
     assert recalls and recalls[0]["step"] == 1
     assert "4417" in llm.agent_requests()[-1]["messages"][-1]["content"] or \
         "4417" in json.dumps(llm.agent_requests()[-1]["messages"])
+
+
+class GatedEmbedder(MiniLMEmbedder):
+    """The bundled embedder, whose loading waits until the test opens the gate: chromadb and the model 'still
+    loading' when a run ends, whatever the machine's speed."""
+
+    def __init__(self):
+        super().__init__()
+        import threading
+
+        self.gate = threading.Event()
+        self.waiting = threading.Event()
+
+    def _load(self) -> None:
+        self.waiting.set()
+        assert self.gate.wait(60), "the test never opened the gate"
+        super()._load()
+
+
+def test_a_run_that_ends_before_the_store_has_loaded_journals_its_memories_and_the_next_open_stores_them(tmp_path):
+    path = tmp_path / "memory"
+    embedder = GatedEmbedder()
+    store = VectorMemory(path, embedder, redact=lambda text: text.replace("hunter2", "[REDACTED]"))
+    items = [MemoryItem(id="r1:step:1", text="The deploy key is in vault B7 (password hunter2).", run="r1",
+                        kind="step", step=1, workdir="/a"),
+             MemoryItem(id="r1:answer:1", text="Final answer: vault B7", run="r1", kind="answer", workdir="/a")]
+    store.add_later(items)
+    assert embedder.waiting.wait(60)  # the writer is loading, and cannot finish
+    store.finish()  # returns without waiting for it
+    journals = list((path / "journal").glob("*.jsonl"))
+    assert len(journals) == 1 and "hunter2" not in journals[0].read_text() and "B7" in journals[0].read_text()
+    later = VectorMemory(path, MiniLMEmbedder())  # another process, later
+    assert later.might_hold({"workdir": "/a"}) and not later.might_hold({"workdir": "/b"})
+    hits = later.search("where is the deploy key", limit=2, where={"workdir": "/a"})
+    assert [hit.id for hit in hits][0] == "r1:step:1" and "[REDACTED]" in hits[0].text
+    assert not list((path / "journal").iterdir())  # stored, then removed
+    embedder.gate.set()  # the first writer finishes too: storing the same ids again changes nothing
+    store.flush()
+    assert later.count() == 2
+
+
+def test_a_journal_claimed_by_a_process_that_died_is_stored_by_the_next_one(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "memory"
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    store = VectorMemory(path, GatedEmbedder())
+    store._write_journal([MemoryItem(id="r2:note:3", text="The build needs Python 3.11.", run="r2", kind="note",
+                                     workdir="/a")])
+    journal = next((path / "journal").glob("*.jsonl"))
+    journal.rename(journal.with_name(f"{journal.stem}.claimed-{gone.stdout.strip()}"))  # claimed, then it died
+    assert VectorMemory(path, MiniLMEmbedder()).count({"run": "r2"}) == 1
+    assert not list((path / "journal").iterdir())
+
+
+def test_memories_of_a_short_run_are_found_by_memory_search_and_cleared_by_memory_clear(cli, llm, isolated):
+    llm.add(act("memorize_thoughts", "The staging database is on port 6543."), act("done", "noted"))
+    assert cli("-y", "Note the staging port", env=MEMORY_ON).returncode == 0
+    found = cli("memory", "search", "staging database port", "--json", env=MEMORY_ON)
+    assert "6543" in found.stdout
+    run_id = run_dirs(isolated.home)[0].name
+    cleared = cli("memory", "clear", "--run", run_id, "--yes", env=MEMORY_ON)
+    assert cleared.returncode == 0
+    assert "6543" not in cli("memory", "search", "staging database port", "--json", env=MEMORY_ON).stdout
+
+
+def first_request_agent(llm, isolated, **options):
+    """An agent on the scripted endpoint, and the number of tokenizer tables loaded when each call was made."""
+    from memory import tokens
+    from miniagi import Agent, Settings
+    from miniagi.config import Endpoint
+    from miniagi.model import OpenAIModel
+
+    tokens._loaded.cache_clear()
+    loaded_at_call: list[int] = []
+    model = OpenAIModel(Endpoint("k", llm.url))
+    complete = model.complete
+
+    def counting(messages, **request):
+        loaded_at_call.append(tokens._loaded.cache_info().currsize)
+        return complete(messages, **request)
+
+    model.complete = counting
+    settings = Settings(model="gpt-4o", yes=True, unattended=True, workdir=str(isolated.work),
+                        home=str(isolated.home), **options)
+    return Agent(settings, model=model, quiet=True), loaded_at_call
+
+
+@pytest.mark.parametrize("memory_scope", ["off", "workdir"])
+def test_a_first_request_goes_out_before_the_tokenizer_loads(llm, isolated, memory_scope):
+    """A first prompt that is surely within the budget by its bytes is sent without encoding it (o200k takes
+    ~0.3 s to load)."""
+    agent, loaded_at_call = first_request_agent(llm, isolated, memory_scope=memory_scope)
+    llm.add(act("done", "42"))
+    assert agent.run("What is six times seven?").status == "done"
+    assert loaded_at_call == [0]
+
+
+def test_the_cost_limit_is_checked_before_the_first_call_by_a_bound_then_exactly(llm, isolated):
+    from miniagi.model import PriceTable
+
+    agent, _ = first_request_agent(llm, isolated, memory_scope="off", max_cost=0, max_reply_tokens=512)
+    llm.add(act("done", "42"))
+    agent.run("What is six times seven?")
+    messages = llm.agent_requests()[0]["messages"]
+    exact, bound = (PriceTable().ceiling("gpt-4o", messages, 512, exact=kind) for kind in (True, False))
+    assert exact < bound
+    # between the two: the bound by bytes would refuse, so the tokens are counted, and the call is made
+    agent, loaded_at_call = first_request_agent(llm, isolated, memory_scope="off", max_cost=(exact + bound) / 2,
+                                                max_reply_tokens=512)
+    llm.add(act("done", "42"))
+    assert agent.run("What is six times seven?").status == "done"
+    assert loaded_at_call == [1] and llm.agent_requests()[1]["messages"] == messages
+    # below the exact ceiling: no call at all
+    agent, loaded_at_call = first_request_agent(llm, isolated, memory_scope="off", max_cost=exact * 0.95,
+                                                max_reply_tokens=512)
+    result = agent.run("What is six times seven?")
+    assert result.status != "done" and "cost limit" in result.message and loaded_at_call == []
