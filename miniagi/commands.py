@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Protocol
 
 from .sources import SourceError, is_url
+from .ui import plural
 from .websearch import SearchUnavailable
 
 if TYPE_CHECKING:
@@ -249,10 +250,6 @@ def untrusted(label: str, text: str) -> str:
     from memory.context import fence_untrusted
 
     return fence_untrusted(label, text)
-
-
-def plural(count: int, noun: str) -> str:
-    return f"{count} {noun}" + ("" if count == 1 else "s")
 
 
 RECALL_HINT = ("Later steps recall the stored parts relevant to them; for a precise question over a whole source, use "

@@ -167,7 +167,7 @@ def print_memory_stats(stats: dict, as_json: bool = False) -> None:
         print(json.dumps(stats))
         return
     kinds = ", ".join(f"{count} {kind}" for kind, count in sorted(stats["kinds"].items())) or "nothing yet"
-    print(f"{stats['items']} memories from {stats['runs']} runs ({kinds})\n"
+    print(f"{plural(stats['items'], 'memory', 'memories')} from {plural(stats['runs'], 'run')} ({kinds})\n"
           f"embeddings: {stats['embedder']} · stored in {stats['path']}")
 
 

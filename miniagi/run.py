@@ -110,15 +110,14 @@ class Run:
         try:
             self.report_isolation()
             self.save("running")
+            # the objective is stored once the first request has been answered: a run that a configuration error
+            # ends there is discarded, and leaves no memory behind
             objective = [] if self.resumed else [self.memory.item("objective", state.objective)]
             if not self.resumed:
                 self.recall_first = self.store_might_hold()  # asked before this run stores anything
-            if self.recall_first:  # storing it loads chromadb and the embedder in the background, as recall needs
-                if self.memory.store is not None:  # while the first prompt is measured (tiktoken loads meanwhile)
-                    threading.Thread(target=self.memory.store.warm, name="memory-warm", daemon=True).start()
-                self.remember(*objective)
-                objective = []
-            # else it is stored once the first request is out: loading them now would only slow that request down
+            if self.recall_first and self.memory.store is not None:  # recall needs chromadb and the embedder: they
+                # load in a thread while the first prompt is measured (tiktoken loads meanwhile)
+                threading.Thread(target=self.memory.store.warm, name="memory-warm", daemon=True).start()
             while True:
                 self.check_limits()
                 action = self.think()

@@ -154,3 +154,16 @@ def test_the_cost_limit_is_checked_before_the_first_call_by_a_bound_then_exactly
                                                 max_reply_tokens=512)
     result = agent.run("What is six times seven?")
     assert result.status != "done" and "cost limit" in result.message and loaded_at_call == []
+
+
+def test_a_run_that_a_configuration_error_discards_leaves_no_memory_behind(cli, llm, isolated):
+    from .fake_llm import Fail
+
+    llm.add(act("done", "fine"))
+    assert cli("-y", "Water the ferns", env=MEMORY_ON).returncode == 0
+    llm.add(Fail(404, message="model 'gpt-4o-mini' not found"))
+    failed = cli("-y", "Repaint the greenhouse door", env=MEMORY_ON)
+    assert failed.returncode == 2 and "does not know model" in failed.stderr
+    assert len(run_dirs(isolated.home)) == 1
+    assert "greenhouse" not in cli("memory", "search", "repaint the greenhouse door", "--json", env=MEMORY_ON).stdout
+    assert "from 1 run " in cli("memory", "stats", env=MEMORY_ON).stdout
