@@ -151,33 +151,37 @@ class VectorMemory:
         self._mark(items)
 
     def _ingest_journals(self) -> None:
-        """Store the items of every journal (each claimed first by renaming it, so two processes opening the store
-        at once do not both store it; a claim whose process died is taken over)."""
+        """Store the items of every journal, in one write (each journal claimed first by renaming it, so two
+        processes opening the store at once do not both store it; a claim whose process died is taken over)."""
         import json
 
         if self.url or not self._journal.is_dir():
             return
+        claimed, items = [], []
         for path in sorted(self._journal.iterdir()):
             if path.name.startswith("."):
                 continue
             if path.suffix == ".jsonl":
-                claimed = path.with_name(f"{path.stem}.claimed-{os.getpid()}")
-            elif ".claimed-" in path.name and not _alive(int(path.name.rsplit("-", 1)[1])):
-                claimed = path.with_name(f"{path.name.split('.claimed-')[0]}.claimed-{os.getpid()}")
+                name = path.stem
+            elif ".claimed-" in path.name and not _alive(path.name.rsplit("-", 1)[1]):
+                name = path.name.split(".claimed-")[0]
             else:
                 continue
+            mine = path.with_name(f"{name}.claimed-{os.getpid()}")
             try:
-                os.replace(path, claimed)
+                os.replace(path, mine)
             except FileNotFoundError:  # another process claimed it first
                 continue
-            items = []
-            for line in claimed.read_text(encoding="utf-8").splitlines():
+            claimed.append(mine)
+            for line in mine.read_text(encoding="utf-8").splitlines():
                 try:
                     items.append(MemoryItem(**json.loads(line)))
                 except (ValueError, TypeError):  # a line that is not an item (a newer format): skipped
                     continue
+        if items:
             self._write(items, [None] * len(items))
-            claimed.unlink(missing_ok=True)
+        for path in claimed:
+            path.unlink(missing_ok=True)
 
     # --- what the store holds, known without opening it --------------------------------------------------------
     # Opening chromadb and loading the embedder costs a second or more; a run's first step need not pay for it when
@@ -393,9 +397,12 @@ class VectorMemory:
                 "runs": len(runs - {None})}
 
 
-def _alive(pid: int) -> bool:
+def _alive(pid: str) -> bool:
+    """Whether the process of a journal's claim is still running (a name that is no pid: not)."""
+    if not pid.isdigit():
+        return False
     try:
-        os.kill(pid, 0)
+        os.kill(int(pid), 0)
     except ProcessLookupError:
         return False
     except PermissionError:
