@@ -164,11 +164,14 @@ class ContextBuilder:
     """Measures and assembles prompts; what leaves the view and what to recall is decided by RunMemory."""
 
     def __init__(self, counter: TokenCounter, budget: Budget | int,
-                 render_step: Callable[[StepRecord], list[dict]] = StepRecord.messages):
+                 render_step: Callable[[StepRecord], list[dict]] = StepRecord.messages, reserved: int = 0):
+        """`reserved`: tokens of the prompt that are not messages (the tools protocol's schemas, sent with every
+        request): the messages get the budget less those."""
         self.budget = budget if isinstance(budget, Budget) else Budget(context=budget)
         self.render_step = render_step  # a step as the reply protocol shows it: the reply and its observation
         self.counter = counter
-        self.max_tokens = self.budget.context
+        self.reserved = reserved
+        self.max_tokens = self.budget.context - reserved
         self.alerts_cap = self.budget.alerts
         self.notes_cap = self.budget.notes
         self._system: str | None = None
@@ -200,9 +203,10 @@ class ContextBuilder:
         fixed = self.message_tokens(messages) + REPLY_PRIMING
         # leave room for at least one step of a few hundred tokens
         if fixed + 200 > self.max_tokens:
+            schemas = f" (and the tool schemas {self.reserved})" if self.reserved else ""
             raise ContextOverflow(
-                f"--max-context-tokens {self.max_tokens} is too small: the system prompt and objective alone take "
-                f"{fixed} tokens; allow at least {fixed + 200}")
+                f"--max-context-tokens {self.budget.context} is too small: the system prompt and objective alone take "
+                f"{fixed} tokens{schemas}; allow at least {fixed + 200 + self.reserved}")
 
     def head(self, objective: str, summary: Summary, notes: list[Note], background: str = "",
              briefs: list[Note] = ()) -> str:

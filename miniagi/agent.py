@@ -8,6 +8,7 @@ objective (run.py holds the loop). Headless use:
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -75,7 +76,10 @@ class Agent:
         self.critic_counter = counter_for(settings.model_for("critic"))
         self.summarizer_counter = counter_for(settings.model_for("summarizer"))
         self.protocol = formats()[settings.protocol]
-        self.contexts = ContextBuilder(self.counter, self.budget, render_step=self.protocol.render)
+        # the tools protocol sends its schemas with every request: they are part of the prompt the budget bounds
+        tools = self.protocol.request().get("tools")
+        self.contexts = ContextBuilder(self.counter, self.budget, render_step=self.protocol.render,
+                                       reserved=self.counter.count(json.dumps(tools)) if tools else 0)
         self.vectors = open_vector_memory(settings, self.environ, model, self.redact)
         self.system = system_prompt(str(settings.workdir_path), settings.protocol)
 

@@ -10,11 +10,12 @@ From each agent request the server received it counts:
 - (request, earlier note) pairs where the note is visible whole (from the step after the note on);
 - (request, earlier fact) pairs where the fact is visible whole, and the most facts missing from one prompt;
 - recalled items cut inside their fact (an item of a step, or a note, that shows part of it but not all);
-- the fixed prompt: the first request (system prompt, objective, the request for an action), as the budget counts;
+- the fixed prompt: the first request (system prompt, objective, the request for an action, and with tools the tool
+  schemas), as the budget counts;
 - model calls per agent step, all roles;
 - prefix reuse: the share of each agent prompt (o200k tokens of the rendered messages) that repeats the previous
   agent prompt's beginning, as scripts/bench_cache.py measures it;
-- the largest prompt against the budget (as the budget counts: messages plus their overhead);
+- the largest prompt against the budget (as the budget counts: messages plus their overhead, and tool schemas);
 - summary lag: steps out of view that neither the summary nor the steps in brief stand for (the most in one prompt,
   and in the last), and the most steps in brief awaiting the summary;
 - summarizer calls, and the prompt tokens of all calls (every role, as the budget counts).
@@ -208,7 +209,10 @@ def cut_inside(item: str) -> bool:
 
 
 def prompt_tokens(request: dict) -> int:
-    return sum(COUNTER.count(message_text(m)) + MESSAGE_OVERHEAD for m in request["messages"]) + REPLY_PRIMING
+    """As the budget counts it: the messages, their overhead, and the tool schemas sent with them (tools)."""
+    schemas = COUNTER.count(json.dumps(request["tools"])) if request.get("tools") else 0
+    return (sum(COUNTER.count(message_text(m)) + MESSAGE_OVERHEAD for m in request["messages"]) + REPLY_PRIMING
+            + schemas)
 
 
 def report(label: str, f: dict) -> None:

@@ -62,6 +62,34 @@ def test_a_tools_run_uses_native_calls_and_sends_observations_as_tool_messages(c
     assert second[:len(first) - 1] == first[:-1]
 
 
+def test_a_tools_prompt_and_its_tool_schemas_together_fit_the_budget(cli, llm, isolated):
+    """The schemas go with every request and the endpoint counts them as prompt: the messages get the rest."""
+    from memory.context import MESSAGE_OVERHEAD, REPLY_PRIMING, message_text
+    from memory.tokens import counter_for
+
+    def respond(request):
+        if request["model"] == "reader":
+            return "Summary: the agent printed reports on numbered topics; nothing else happened."
+        step = len([r for r in llm.agent_requests() if r["model"] != "reader"])
+        if step >= 12:
+            return Calls([("done", json.dumps({"answer": "reported"}))])
+        code = f"print('report {step}: ' + ' '.join(str(i * {step}) for i in range(200)))"
+        return Calls([("execute_python", json.dumps({"code": code}))], f"report {step}")
+
+    llm.responder = respond
+    proc = cli("-y", "--unattended", "--protocol", "tools", "--max-context-tokens", "2500", "--summarizer-model",
+               "reader", "--model", "gpt-4o", "Print twelve reports")
+    assert proc.returncode == 0, proc.stderr
+    counter = counter_for("gpt-4o")
+    agent = [r for r in llm.agent_requests() if r["model"] == "gpt-4o"]
+    assert len(agent) == 12
+    schemas = counter.count(json.dumps(agent[0]["tools"]))
+    assert schemas > 500
+    for request in agent:
+        messages = sum(counter.count(message_text(m)) + MESSAGE_OVERHEAD for m in request["messages"])
+        assert messages + REPLY_PRIMING + schemas <= 2500
+
+
 def test_a_reply_without_a_tool_call_is_a_format_error_with_the_usual_cap(cli, llm, isolated):
     llm.add("I will think about it.", Calls([], "still no call"), "nothing")
     proc = cli("-y", "--unattended", "--protocol", "tools", "Do something")
