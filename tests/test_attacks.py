@@ -198,7 +198,7 @@ def test_a_large_file_is_capped_with_progress_and_stored_in_batches(cli, llm, is
     seen = observations(load_run(isolated.home)[2])
     assert "only the first 1,000,000 were stored" in seen[1]
     assert "stored 128 of" in proc.stderr and "storing the first 1 MB" in proc.stderr
-    stored = int(seen[1].split("Stored ")[1].split(" parts")[0])
+    stored = int(seen[1].split("Stored ")[1].split(" parts")[0].replace(",", ""))
     assert 500 < stored < 2500
 
 
