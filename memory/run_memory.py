@@ -504,9 +504,12 @@ class RunMemory:
         if self.store is not None:
             self.store.flush()
 
-    def finish(self) -> None:
-        """The end of a run: its memories stored, or journaled (see VectorMemory.finish)."""
-        if self.store is not None:
+    def finish(self, wait: bool = True) -> None:
+        """The end of a run: its memories stored, or (not `wait`) journaled while the store is still loading (see
+        VectorMemory.finish)."""
+        if self.store is not None and wait:
+            self.store.flush()
+        elif self.store is not None:
             self.store.finish()
 
     def step_item(self, record: StepRecord) -> MemoryItem:

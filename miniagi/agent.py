@@ -45,9 +45,11 @@ class Agent:
 
     def __init__(self, settings: Settings, *, model: Model | None = None, ui: Terminal | None = None,
                  environ: Mapping[str, str] | None = None, search_backend: SearchBackend | None = None,
-                 quiet: bool = False, offline: bool = False):
+                 quiet: bool = False, offline: bool = False, wait_for_memory: bool = True):
         """`quiet`: print nothing on stderr (the Python API's choice; the CLI always shows progress). `offline`: the
-        agent's own commands reach no network (a replay): web search and URLs are refused."""
+        agent's own commands reach no network (a replay): web search and URLs are refused. `wait_for_memory=False`:
+        a run that ends before the vector store has loaded journals its memories instead of waiting for it (the
+        CLI, whose process ends right after; a program that goes on keeps the default, and its runs end stored)."""
         self.settings, self.offline = settings, offline
         self.search_backend = search_backend or DdgsBackend()
         self.environ = dict(os.environ if environ is None else environ)
@@ -81,6 +83,7 @@ class Agent:
         self.contexts = ContextBuilder(self.counter, self.budget, render_step=self.protocol.render,
                                        reserved=self.counter.count(json.dumps(tools)) if tools else 0)
         self.vectors = open_vector_memory(settings, self.environ, model, self.redact)
+        self.wait_for_memory = wait_for_memory
         self.system = system_prompt(str(settings.workdir_path), settings.protocol)
 
     # --- starting and resuming -------------------------------------------------------------------------------

@@ -219,7 +219,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     with _starting():
         from .agent import Agent
 
-        agent = Agent(settings)
+        agent = Agent(settings, wait_for_memory=False)  # the process ends after it
     result = agent.run(objective, follows=_followed(args, agent.store, settings.workdir_path))
     return _finish(result, args.json)
 
@@ -247,7 +247,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     with _starting():
         from .agent import Agent
 
-        agent = Agent(settings)
+        agent = Agent(settings, wait_for_memory=False)  # the process ends after it
     previous, workspace, code = _followed(args, agent.store, settings.workdir_path), None, 0
     interactive = sys.stdin is not None and sys.stdin.isatty()
     try:
@@ -283,7 +283,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     # the trace), with what was given now on top; runs stay where they were found
     settings, differences = narrowed(recorded_settings(store, args.run_id), resolve_settings(flags))
     settings = settings.with_overrides({**overrides, "home": str(store.root.parent)})
-    agent = Agent(settings)
+    agent = Agent(settings, wait_for_memory=False)  # the process ends after it
     said = [text for name, text in differences.items() if name not in overrides and name != "home"]
     if said:
         agent.ui.warn("not taken from the run's trace: " + "; ".join(said) + " (give an option to choose)")

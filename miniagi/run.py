@@ -405,7 +405,7 @@ class Run:
         """The run's last memories reach the store (or its journal) before it ends (they are written in the
         background)."""
         try:
-            self.memory.finish()
+            self.memory.finish(wait=self.agent.wait_for_memory)
         except Exception as exc:
             self.ui.warn(f"some memories of this run could not be stored: {type(exc).__name__}: {exc}")
 

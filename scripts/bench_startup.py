@@ -1,5 +1,6 @@
 """Start-up of a run, as a user waits for it: from launching `miniagi` to the model's first request, and the whole
-of a one-step run, against an instant scripted OpenAI-compatible server on 127.0.0.1 (median of N launches).
+of a one-step run, and its peak memory (RSS), against an instant scripted OpenAI-compatible server on 127.0.0.1
+(median of N launches).
 
 Measured with vector memory off, on with an empty home, and on with a home that already holds memories of this
 work directory (what recall has to search before the first request).
@@ -17,7 +18,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -27,27 +27,29 @@ from tests.fake_llm import FakeLLM
 REPLY = "<r>Simple arithmetic.</r><c>done</c>\n42"
 
 
-def launch(server: FakeLLM, home: Path, work: Path, memory: str, root: Path) -> tuple[float, float]:
-    """(seconds to the first model request, seconds for the whole run)."""
-    first = threading.Event()
+def launch(server: FakeLLM, home: Path, work: Path, memory: str, root: Path) -> tuple[float, float, float]:
+    """(seconds to the first model request, seconds for the whole run, the run's peak RSS in MB)."""
     arrived: list[float] = []
 
     def respond(request):
         if not arrived:
             arrived.append(time.perf_counter())
-            first.set()
         return REPLY
 
     server.responder = respond
     env = dict(os.environ, OPENAI_BASE_URL=server.url, OPENAI_API_KEY="sk-bench", MINIAGI_HOME=str(home),
                MINIAGI_MEMORY_SCOPE=memory, PYTHONPATH=str(root))
-    started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "miniagi", "-y", "What is six times seven?"], cwd=work, env=env,
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True)
-    ended = time.perf_counter()
-    if done.returncode != 0 or not arrived:
-        raise SystemExit(f"the run failed (exit {done.returncode}): {done.stderr[-500:]}")
-    return arrived[0] - started, ended - started
+    with tempfile.TemporaryFile() as stderr:
+        started = time.perf_counter()
+        process = subprocess.Popen([sys.executable, "-m", "miniagi", "-y", "What is six times seven?"], cwd=work,
+                                   env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr)
+        _, status, usage = os.wait4(process.pid, 0)  # the resources of this process alone
+        ended = time.perf_counter()
+        code = os.waitstatus_to_exitcode(status)
+        if code != 0 or not arrived:
+            stderr.seek(0)
+            raise SystemExit(f"the run failed (exit {code}): {stderr.read()[-500:].decode(errors='replace')}")
+    return arrived[0] - started, ended - started, usage.ru_maxrss / 1024
 
 
 def measure(label: str, runs: int, memory: str, warm: bool, root: Path = ROOT) -> None:
@@ -56,16 +58,17 @@ def measure(label: str, runs: int, memory: str, warm: bool, root: Path = ROOT) -
         work.mkdir()
         if warm:  # memories of this work directory, so recall has something to search for step 1
             launch(server, home, work, memory, root)
-        firsts, totals = [], []
+        firsts, totals, peaks = [], [], []
         for number in range(runs):
             if not warm:  # every launch with an empty home, as the label says
                 home = Path(tmp) / f"home-{number}"
-            first, total = launch(server, home, work, memory, root)
+            first, total, peak = launch(server, home, work, memory, root)
             firsts.append(first)
             totals.append(total)
+            peaks.append(peak)
     print(f"{label:<43} first request {statistics.median(firsts):5.2f} s   whole 1-step run "
-          f"{statistics.median(totals):5.2f} s   (median of {runs}; first request min {min(firsts):.2f} "
-          f"max {max(firsts):.2f})")
+          f"{statistics.median(totals):5.2f} s   peak RSS {statistics.median(peaks):4.0f} MB   (median of {runs}; "
+          f"first request min {min(firsts):.2f} max {max(firsts):.2f})")
 
 
 def main() -> None:

@@ -167,3 +167,22 @@ def test_a_run_that_a_configuration_error_discards_leaves_no_memory_behind(cli, 
     assert len(run_dirs(isolated.home)) == 1
     assert "greenhouse" not in cli("memory", "search", "repaint the greenhouse door", "--json", env=MEMORY_ON).stdout
     assert "from 1 run " in cli("memory", "stats", env=MEMORY_ON).stdout
+
+
+def test_a_program_using_the_python_api_gets_its_runs_memories_stored_not_journaled(llm, isolated):
+    """Only the CLI, whose process ends right after a run, leaves a short run's memories to the journal: a program
+    that goes on finds them stored when run() returns (and no thread of ours is left loading chromadb)."""
+    agent, _ = first_request_agent(llm, isolated, memory_scope="workdir")
+    gate = GatedEmbedder()
+    agent.vectors.embedder = gate
+    flush = agent.vectors.flush
+
+    def flush_then_open():  # the run's end: from here on the writer may load
+        gate.gate.set()
+        flush()
+
+    agent.vectors.flush = flush_then_open
+    llm.add(act("done", "42"))
+    assert agent.run("What is six times seven?").status == "done"
+    assert gate.gate.is_set() and not list((isolated.home / "memory" / "journal").glob("*"))
+    assert agent.vectors.count({"workdir": str(isolated.work)}) == 2  # the objective and the answer
