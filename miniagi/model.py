@@ -724,14 +724,14 @@ def _error_text(exc: Exception) -> str:
     """What an error answer says: OpenAI's {"error": {"message"}}, Ollama's {"error": "..."}, a {"detail"} or
     {"message"}, other JSON as it is, or the text of the answer (a proxy's error page)."""
     body = getattr(exc, "body", None)
-    if isinstance(body, dict):
+    if isinstance(body, dict):  # on one line: llama.cpp's server puts a whole validation report in its message
         for inner in (body.get("error"), body):
             if isinstance(inner, dict):
                 said = inner.get("message") or inner.get("detail")
-                if isinstance(said, str) and said:
-                    return said[:500]
-            elif isinstance(inner, str) and inner:
-                return inner[:500]
+                if isinstance(said, str) and said.strip():
+                    return " ".join(said.split())[:500]
+            elif isinstance(inner, str) and inner.strip():
+                return " ".join(inner.split())[:500]
         return json.dumps(body)[:300]
     if isinstance(body, str) and body:
         return " ".join(body.split())[:300]

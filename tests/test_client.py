@@ -89,6 +89,11 @@ def test_error_bodies_of_every_shape_become_a_readable_message(llm):
     llm.add(Fail(400, message="This model's maximum context length is 8192 tokens"))
     with pytest.raises(ModelError, match="answered 400: This model.s maximum context length is 8192 tokens"):
         ours(llm).complete(MESSAGES, model="gpt-4o", max_tokens=50)
+    llm.add(Fail(400, message="1 validation error:\n  {'loc': ('body', 'logprobs')}\n\n  File \"app.py\", line 3"))
+    with pytest.raises(ModelError) as one_line:  # llama.cpp's server sends a whole report: said on one line
+        ours(llm).complete(MESSAGES, model="gpt-4o", max_tokens=50)
+    assert str(one_line.value).endswith("answered 400: 1 validation error: {'loc': ('body', 'logprobs')} "
+                                        'File "app.py", line 3')
     ollama = '{"error": "model \\"llama9\\" not found, try pulling it first"}'
     page = "<html>\n<body>\n<h1>502 Bad Gateway</h1>\n</body>\n</html>"
     with _answering([(404, ollama), (502, page), (502, page)]) as url:
