@@ -7,11 +7,13 @@ chromadb the vectors, so chromadb never loads or downloads an embedding model of
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import threading
 import time
-from dataclasses import dataclass, replace
+import uuid
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable
 
@@ -137,10 +139,6 @@ class VectorMemory:
         return self.path / "journal"
 
     def _write_journal(self, items: list[MemoryItem]) -> None:
-        import json
-        import uuid
-        from dataclasses import asdict
-
         self._journal.mkdir(parents=True, exist_ok=True)
         name = f"{time.time():.6f}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         partial = self._journal / f".{name}.tmp"
@@ -153,8 +151,6 @@ class VectorMemory:
     def _ingest_journals(self) -> None:
         """Store the items of every journal, in one write (each journal claimed first by renaming it, so two
         processes opening the store at once do not both store it; a claim whose process died is taken over)."""
-        import json
-
         if self.url or not self._journal.is_dir():
             return
         claimed, items = [], []

@@ -77,10 +77,6 @@ class TokenCounter:
     def encoding(self):
         return _encoding(self.encoding_name)
 
-    def load(self) -> None:
-        """Load the encoding now (from a thread, while a request is out)."""
-        _encoding(self.encoding_name)
-
     def count(self, text: str) -> int:
         if not text:
             return 0

@@ -136,13 +136,11 @@ class PriceTable:
         without the tokenizer (a token is at least a byte), enough when even that is within the limit."""
         if not any(self.price(model)):
             return 0.0
-        from memory.context import message_text
         from memory.tokens import counter_for
 
         counter = counter_for(model)
-        count = counter.count if exact else counter.most
-        schemas = count(json.dumps(tools)) if tools else 0
-        return self.cost(model, sum(count(message_text(m)) + 4 for m in messages) + schemas, max_tokens)
+        schemas = (counter.count if exact else counter.most)(json.dumps(tools)) if tools else 0
+        return self.cost(model, count_prompt_tokens(messages, model, exact) + schemas, max_tokens)
 
     def saved(self, model: str, cached_tokens: int) -> float:
         """What the cache saved: cached tokens at the input price less the cached price."""
@@ -165,12 +163,14 @@ def load_prices(path: str) -> dict[str, tuple[float, float, float]]:
                           f"in USD per 1M tokens, the cached price optional ({exc})") from None
 
 
-def count_prompt_tokens(messages: list[Message], model: str) -> int:
+def count_prompt_tokens(messages: list[Message], model: str, exact: bool = True) -> int:
+    """The prompt's tokens; `exact=False`: a bound by bytes, known without the tokenizer."""
     from memory.context import message_text
     from memory.tokens import counter_for
 
     counter = counter_for(model)
-    return sum(counter.count(message_text(m)) + 4 for m in messages)
+    count = counter.count if exact else counter.most
+    return sum(count(message_text(m)) + 4 for m in messages)
 
 
 class StatusError(Exception):
