@@ -253,7 +253,9 @@ class RunMemory:
                 text = "memorize_thoughts (the note is under YOUR NOTES)"
             else:
                 tokens = self.builder.budget.brief
-                arg = truncate_middle(" ".join(record.arg.split()), self.counter, tokens // 4)
+                # its head: a cut marker in the middle would take most of a brief's few tokens
+                head = split_by_tokens(" ".join(record.arg.split()), self.counter, tokens // 4) or [""]
+                arg = head[0] + (" …" if len(head) > 1 else "")
                 result = excerpt(record.observation, f"{record.thought} {record.arg}", self.counter, tokens)
                 text = f"{record.command} {arg} → " + (" ".join(result.split()) or "(a long result: see the summary)")
             self._briefs[record.step] = text
@@ -512,15 +514,19 @@ class RunMemory:
         elif self.store is not None:
             self.store.finish()
 
-    def step_item(self, record: StepRecord) -> MemoryItem:
+    def step_items(self, record: StepRecord) -> list[MemoryItem]:
+        """What a step leaves in the store: the step, except a memorize_thoughts step, whose note is stored as a
+        note (recalling the step too would show the note twice beside YOUR NOTES)."""
+        if record.command == NOTE_COMMAND:
+            return []
         text = (f"Thought: {record.thought}\nCommand: {record.command} {record.arg}\nResult:\n{record.observation}"
                 if record.command else f"Malformed reply: {record.raw_reply}\n{record.observation}")
         # embedded: the gist — intent, action and the head of the result — not the whole text
         # (no command name: it would make every step with that command look alike)
         detail = "" if record.command in self.code_commands else f" ({record.arg[:80]})"
         key = f"{record.thought[:80]}{detail}\n{record.observation[:100]}" if record.command else text
-        return MemoryItem(id=f"{self.run_id}:step:{record.step}", text=text, run=self.run_id, kind="step",
-                          step=record.step, key=key, workdir=self.workdir)
+        return [MemoryItem(id=f"{self.run_id}:step:{record.step}", text=text, run=self.run_id, kind="step",
+                           step=record.step, key=key, workdir=self.workdir)]
 
     def item(self, kind: str, text: str, step: int = 0, suffix: str = "") -> MemoryItem:
         return MemoryItem(id=f"{self.run_id}:{kind}:{step}" + (f":{suffix}" if suffix else ""), text=text,
