@@ -299,3 +299,16 @@ def test_a_fact_from_step_1_is_recalled_after_30_unrelated_steps(llm, isolated):
     final = agent_calls[-1]
     assert not any(m["content"].startswith("Observation (step 1):") for m in final)  # long out of view
     assert "PLUM-4471" in json.dumps(final)
+
+
+def test_a_memorize_thoughts_step_leaves_only_its_note_in_the_store(llm, isolated):
+    """The note is always in view under YOUR NOTES: storing its step too would have recall show it twice."""
+    settings = Settings(model="gpt-4o-mini", yes=True, unattended=True, workdir=str(isolated.work),
+                        home=str(isolated.home), memory_scope="run")
+    agent = Agent(settings, model=OpenAIModel(Endpoint(api_key="k", base_url=llm.url)), quiet=True)
+    llm.add(act("memorize_thoughts", "The gate code is 5521."), act("execute_shell", "echo checked"),
+            act("done", "5521"))
+    result = agent.run("Find the gate code")
+    ids = set(agent.vectors.collection.get(where={"run": result.run_id}, include=[])["ids"])
+    run = result.run_id
+    assert f"{run}:note:1" in ids and f"{run}:step:2" in ids and f"{run}:step:1" not in ids
