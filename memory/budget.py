@@ -9,7 +9,6 @@ from dataclasses import dataclass
 NOTES_SHARE = 0.15  # of the context, at most, for the notes memorized in folded steps
 ALERTS_SHARE = 0.10  # … for warnings and criticism
 SUMMARY_SHARE = 0.15  # … for the rolling summary of folded steps
-BRIEFS_SHARE = 0.12  # … for steps out of view in brief, until the summary takes them in
 RECALL_SHARE = 0.08  # … for the memories recalled for one step (in that prompt's tail only)
 SUMMARIZER_HEADROOM = 800  # of a summarizer call's context: its instruction and its reply
 CHARS_PER_TOKEN = 4  # for cheap character caps that stay above a token cap
@@ -37,15 +36,6 @@ class Budget:
     @property
     def summary(self) -> int:
         return int(self.context * SUMMARY_SHARE)
-
-    @property
-    def briefs(self) -> int:
-        return int(self.context * BRIEFS_SHARE)
-
-    @property
-    def brief(self) -> int:
-        """One step in brief."""
-        return max(40, self.context // 50)
 
     @property
     def recall(self) -> int:

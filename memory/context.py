@@ -91,9 +91,10 @@ class Note:
 
 @dataclass(frozen=True)
 class Summary:
-    """What stands in the head for the steps out of view: every step up to `through_step` is folded into `text`;
-    the steps after it up to `briefed_through` are shown in brief until the summary takes them in; the notes of
-    steps up to `notes_through` are condensed into `notes_digest` (the rest are shown whole)."""
+    """What stands in the head for the steps out of view: every step up to `through_step` is folded into `text`
+    (and only those are out of view); the notes of steps up to `notes_through` are condensed into `notes_digest`
+    (the rest are shown whole). `briefed_through` is read from older traces and no longer used: a step in brief
+    never stood for a step alone."""
 
     text: str = ""
     through_step: int = 0
@@ -103,8 +104,8 @@ class Summary:
 
     @property
     def out_of_view(self) -> int:
-        """Every step up to this one is out of view: in the summary or in brief."""
-        return max(self.through_step, self.briefed_through)
+        """Every step up to this one is out of view, covered by the summary."""
+        return self.through_step
 
 
 def truncate_middle(text: str, counter: TokenCounter, max_tokens: int) -> str:
@@ -208,30 +209,23 @@ class ContextBuilder:
                 f"--max-context-tokens {self.budget.context} is too small: the system prompt and objective alone take "
                 f"{fixed} tokens{schemas}; allow at least {fixed + 200 + self.reserved}")
 
-    def head(self, objective: str, summary: Summary, notes: list[Note], background: str = "",
-             briefs: list[Note] = ()) -> str:
+    def head(self, objective: str, summary: Summary, notes: list[Note], background: str = "") -> str:
         """The first user message: what stays put until steps leave the view. `notes`: those of the steps out of
-        view that the digest does not hold, as head_notes orders them; `briefs`: the steps in brief."""
+        view that the digest does not hold, as head_notes orders them."""
         parts = [f"BEFORE THIS OBJECTIVE:\n{background}"] if background else []
         parts.append(f"OBJECTIVE:\n{objective}")
         if summary.through_step:
             steps = "STEP 1" if summary.through_step == 1 else f"STEPS 1-{summary.through_step}"
             parts.append(f"SUMMARY OF {steps} (no longer shown one by one; later steps follow below):\n"
                          f"{summary.text}")
-        if briefs:
-            parts.append(f"STEPS {briefs[0].step}-{briefs[-1].step} IN BRIEF (no longer shown in full; the summary "
-                         f"will take them in):\n" + "\n".join(f"- step {brief.step}: {brief.text}" for brief in briefs))
         if summary.notes_digest:
-            parts.append(f"DIGEST OF YOUR NOTES OF STEPS 1-{summary.notes_through} (they outgrew their room, so the "
-                         f"summarizer condensed them):\n{summary.notes_digest}")
+            steps = "STEP 1" if summary.notes_through == 1 else f"STEPS 1-{summary.notes_through}"
+            parts.append(f"DIGEST OF YOUR NOTES OF {steps} (they outgrew their room, so the summarizer condensed "
+                         f"them; notes of later steps are whole):\n{summary.notes_digest}")
         if notes:
             parts.append("YOUR NOTES (memorize_thoughts), newest first; notes of later steps are in those steps:\n"
                          + "\n".join(f"- (step {note.step}) {note.text}" for note in notes))
         return "\n\n".join(parts)
-
-    def briefs_tokens(self, briefs: list[Note]) -> int:
-        """What steps in brief take of the head, as head() lists them."""
-        return sum(self.counter.count(f"- step {brief.step}: {brief.text}") + 1 for brief in briefs) + 20 * bool(briefs)
 
     def notes_tokens(self, notes: list[Note]) -> int:
         """What notes take of the head, as head() lists them."""

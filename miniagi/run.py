@@ -63,6 +63,7 @@ class Run:
                                 run_id=record.run_id, objective=state.objective,
                                 workdir=str(self.settings.workdir_path), code_commands=code_commands())
         self.memory.summary = state.summary
+        self.memory.notify = self.ui.progress  # the loop waits for a summary before steps leave the view
         # a chat hands each run the workspace of the one before (its Python session goes on); its owner closes it
         self.owns_workspace = workspace is None
         self.workspace = workspace or RunWorkspace(self.settings, ui=agent.ui, environ=agent.environ,
@@ -238,8 +239,7 @@ class Run:
         if folded:
             self.emit(ev.SummaryFolded(step=state.step, text=folded.text, through_step=folded.through_step,
                                        notes_digest=folded.notes_digest or None,
-                                       notes_through=folded.notes_through or None,
-                                       briefed_through=folded.briefed_through or None))
+                                       notes_through=folded.notes_through or None))
         if self.memory.last_recalled:
             self.emit(ev.Recall(step=number, ids=[item.id for item in self.memory.last_recalled],
                                 items=[item.to_json() for item in self.memory.last_recalled]))

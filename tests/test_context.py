@@ -67,14 +67,12 @@ def test_steps_the_summary_does_not_cover_are_verbatim_and_steps_leave_in_batche
     context = runs[-1][0]
     shown = [m["content"] for m in context.messages if m["content"].startswith("Observation (step")]
     numbers = [int(text.split("step ")[1].split(")")[0]) for text in shown]
-    # no window: the steps out of view are those the summary covers, then those in brief until it takes them in
+    # no window: the steps out of view are exactly those the summary covers
     summary = memory.summary
-    assert numbers == list(range(summary.out_of_view + 1, 31)) and 0 < len(numbers) < 30
+    assert numbers == list(range(summary.through_step + 1, 31)) and 0 < len(numbers) < 30
     assert context.messages[-1]["content"].endswith("Step 31: reply with your next action.")
     head = context.messages[1]["content"]
-    assert f"SUMMARY OF STEPS 1-{summary.through_step} " in head
-    for step in range(summary.through_step + 1, summary.out_of_view + 1):
-        assert f"\n- step {step}: execute_python print(" in head
+    assert f"SUMMARY OF STEPS 1-{summary.through_step} " in head and "IN BRIEF" not in head
     folds = sum(1 for _, folded in runs if folded)
     assert 1 <= folds <= 30 / 4  # several steps leave at once: a summarizer call per four steps or fewer
 

@@ -60,8 +60,8 @@ def check(messages: list[dict], steps: list[StepRecord], memory: RunMemory, budg
     steps_text = "\n".join(message_text(m) for m in messages[2:])  # the system prompt's example is no step
     shown = [int(n) for n in re.findall(r"Observation \(step (\d+)\)", steps_text)]
     through = memory.summary.through_step
-    # no window: every earlier step is in view, verbatim, or covered by the summary, or in brief until it is
-    assert shown == [s.step for s in steps if s.step > memory.summary.out_of_view]
+    # no window: every earlier step is in view, verbatim, or covered by the summary, which the prompt shows
+    assert shown == [s.step for s in steps if s.step > through]
     for record in steps:
         for kept in record.notes:  # every note, whole, in every later prompt
             assert kept in text, f"note of step {record.step} missing"
@@ -69,8 +69,7 @@ def check(messages: list[dict], steps: list[StepRecord], memory: RunMemory, budg
             assert fact(record.step) in text, f"fact of step {record.step} missing"
     if through:
         assert f"SUMMARY OF STEP{'S 1-' if through > 1 else ' '}{through} " in messages[1]["content"]
-    if memory.summary.out_of_view > through:
-        assert f"STEPS {through + 1}-{memory.summary.out_of_view} IN BRIEF" in messages[1]["content"]
+    assert "IN BRIEF" not in text and "see the summary" not in text
 
 
 run_shapes = st.lists(st.tuples(st.integers(min_value=0, max_value=700),  # output tokens, about
@@ -125,7 +124,7 @@ def test_notes_that_outgrow_their_share_go_into_a_digest_the_prompt_names_and_th
     assert later and all(s.notes[0] in text for s in later)  # every note the digest does not hold: whole
     listed = head.split("YOUR NOTES (memorize_thoughts)")[1]
     assert [int(n) for n in re.findall(r"\(step (\d+)\)", listed)] == sorted(
-        [s.step for s in later if s.step <= summary.out_of_view], reverse=True)  # newest first
+        [s.step for s in later if s.step <= summary.through_step], reverse=True)  # newest first
     assert any("notes to itself" in p for p in prompts)
 
 
