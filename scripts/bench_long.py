@@ -66,11 +66,72 @@ def is_note_step(step: int) -> bool:
     return step % 4 == 0
 
 
-def log_part(step: int) -> str:
-    """~1,200 characters of routine entries with the step's fact at its start, middle or end."""
-    entries = [FILLER] * 10
-    entries.insert((0, 5, 10)[step % 3], fact(step) + " ")
-    return "".join(entries)
+WORDS = ("amber basil cedar delta ember fjord gamma hazel indigo juniper kestrel lumen maple nectar onyx pewter "
+         "quartz russet sable topaz umber violet willow xenon yarrow zephyr").split()
+SHAPES = ("prose", "longline", "json", "table", "traceback", "numbers", "blob", "nonascii")
+SIZE = 450  # tokens of one output, about (--size)
+
+
+def _word(step: int, i: int) -> str:
+    return WORDS[(step * 7 + i * 3) % len(WORDS)]
+
+
+def _units(shape: str, step: int, count: int) -> list[str]:
+    """`count` pieces of an output of this shape, with no fact in them."""
+    if shape == "prose":
+        return [FILLER] * count
+    if shape == "longline":  # one long line of words, no sentence end
+        return [" ".join(_word(step, i + j) for j in range(12)) + " " for i in range(count)]
+    if shape == "json":
+        return [json.dumps({"id": step * 1000 + i, "name": f"{_word(step, i)}-{i}", "ok": i % 3 != 0,
+                            "tags": [_word(step, i + 1), _word(step, i + 2)]}) + ",\n" for i in range(count)]
+    if shape == "table":
+        return [f"| {i:4d} | {_word(step, i):<8} | {(step * 31 + i * 17) % 1000:6d} | {_word(step, i + 5):<8} |\n"
+                for i in range(count)]
+    if shape == "traceback":
+        return [f'  File "/srv/app/{_word(step, i)}/module_{i}.py", line {10 + i * 7}, in handler_{i}\n'
+                f"    result = {_word(step, i + 1)}_call(payload, retries={i % 5})\n" for i in range(count)]
+    if shape == "numbers":
+        return [" ".join(str((step * 7919 + i * 104729 + j * 31) % 100000) for j in range(10)) + "\n"
+                for i in range(count)]
+    if shape == "blob":  # long unbroken tokens
+        return ["".join(f"{(step * 2654435761 + i * 40503 + j) % 4294967296:08x}" for j in range(12)) + "\n"
+                for i in range(count)]
+    if shape == "nonascii":
+        return [f"Journal n°{i} — l'équipe a vérifié la pompe ; 温度は正常です、圧力も安定。Ωμέγα {i} ✓ "
+                for i in range(count)]
+    raise ValueError(shape)
+
+
+def log_part(step: int, shape: str = "prose", size: int = 0) -> str:
+    """An output of the given shape, of about `size` tokens (prose: ~1,200 characters when size is 0), with the
+    step's fact at its start, middle or end, on a line of its own (in the json shape: a string value)."""
+    units = _units(shape, step, 400)
+    if size or shape != "prose":
+        body, taken = [], 0
+        for unit in units:
+            if taken >= (size or SIZE):
+                break
+            body.append(unit)
+            taken += COUNTER.count(unit)
+    else:
+        body = units[:10]
+    line = fact(step)
+    if shape == "json":
+        line = json.dumps({"finding": line}) + ",\n"
+    elif shape == "traceback":
+        line = f"RuntimeError: {line}\n"
+    elif shape in ("prose", "nonascii", "longline"):
+        line = line + (" " if shape == "prose" else "\n")
+    else:
+        line = line + "\n"
+    body.insert((0, len(body) // 2, len(body))[step % 3], line)
+    text = "".join(body)
+    if shape == "json":
+        text = "[\n" + text.rstrip(",\n") + "\n]"
+    elif shape == "traceback":
+        text = "Traceback (most recent call last):\n" + text
+    return text
 
 
 def action(step: int) -> tuple[str, str, str]:
@@ -115,7 +176,7 @@ def faithful_summary(request: dict) -> str:
     return "The agent read log parts. " + " ".join(kept)
 
 
-def measure(budget: int, protocol: str, package_root: Path) -> dict:
+def measure(budget: int, protocol: str, package_root: Path, shape: str = "prose", size: int = 0) -> dict:
     agent_requests: list[dict] = []
 
     def respond(request):
@@ -128,7 +189,7 @@ def measure(budget: int, protocol: str, package_root: Path) -> dict:
         work = Path(tmp) / "work"
         (work / "logs").mkdir(parents=True)
         for step in range(1, STEPS):
-            (work / "logs" / f"part{step:02d}.txt").write_text(log_part(step))
+            (work / "logs" / f"part{step:02d}.txt").write_text(log_part(step, shape, size))
         env = dict(os.environ, OPENAI_BASE_URL=llm.url, OPENAI_API_KEY="bench", MINIAGI_HOME=str(Path(tmp) / "home"),
                    MINIAGI_MODEL=AGENT_MODEL, MINIAGI_SUMMARIZER_MODEL=SUMMARIZER_MODEL,
                    MINIAGI_MAX_CONTEXT_TOKENS=str(budget), MINIAGI_MAX_STEPS=str(STEPS + 5), MINIAGI_MAX_COST="0",
@@ -231,22 +292,45 @@ def report(label: str, f: dict) -> None:
     print(f"    summarizer calls: {f['summarizer']}; prompt tokens, all calls: {f['prompt_tokens']:,}")
 
 
+def row(label: str, f: dict) -> str:
+    share = lambda seen, total: f"{100 * seen / total:5.1f} %" if total else "    -"  # noqa: E731
+    return (f"  {label:<22} facts {share(*f['facts'])}  notes {share(*f['notes'])}  worst {f['missing_most']:2d} "
+            f"missing  calls/step {f['calls'] / f['steps']:.2f}  reuse {100 * f['reuse']:3.0f} %  "
+            f"largest {f['largest']:,}/{f['budget']:,}  summarizer {f['summarizer']}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--budgets", default="3000,8000", help="comma-separated --max-context-tokens values")
     parser.add_argument("--protocols", default="tags", help="comma-separated: tags, tools, json")
+    parser.add_argument("--shapes", default="prose",
+                        help=f"comma-separated output shapes ({', '.join(SHAPES)}), or 'all'; one line each")
+    parser.add_argument("--size", type=int, default=0,
+                        help=f"tokens of one output, about (default: ~1,200 characters of prose, {SIZE} for others)")
     parser.add_argument("--before", metavar="REV", help="also measure this earlier commit, for comparison")
+    parser.add_argument("--root", metavar="DIR", help="measure the package in this directory instead of this one")
+    parser.add_argument("--jsonl", metavar="FILE", help="append each measure's figures to this file")
     args = parser.parse_args()
+    shapes = SHAPES if args.shapes == "all" else tuple(args.shapes.split(","))
     print("targets: notes 100 %, facts >= 98 %, 0 cut items, fixed part <= 750 tokens at 3,000, <= 1.25 calls per "
           "step, reuse >= 60 % at 3,000 (>= 75 % at 8,000), every prompt within the budget")
     with checkout(args.before) as worktree:
         versions = [(f"before ({args.before})", worktree)] if worktree else []
-        versions.append(("now", ROOT))
+        versions.append(("now", Path(args.root) if args.root else ROOT))
         for budget in (int(b) for b in args.budgets.split(",")):
             for protocol in args.protocols.split(","):
-                print(f"budget {budget:,}, protocol {protocol}:")
-                for label, root in versions:
-                    report(label, measure(budget, protocol, root))
+                print(f"budget {budget:,}, protocol {protocol}:", flush=True)
+                for shape in shapes:
+                    for label, root in versions:
+                        f = measure(budget, protocol, root, shape, args.size)
+                        if len(shapes) == 1 and shape == "prose":
+                            report(label, f)
+                        else:
+                            print(row(f"{shape} ({label})", f), flush=True)
+                        if args.jsonl:
+                            with open(args.jsonl, "a") as out:
+                                out.write(json.dumps(dict(f, shape=shape, protocol=protocol, version=label,
+                                                          root=str(root), size=args.size)) + "\n")
 
 
 if __name__ == "__main__":
