@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .budget import Budget
+from .excerpt import excerpt
 from .tokens import TokenCounter
 
 MESSAGE_OVERHEAD = 4  # tokens a chat message costs beyond its content
@@ -267,20 +268,28 @@ class ContextBuilder:
             tokens = self.message_tokens(messages)
         return Context(messages=messages, tokens=tokens + REPLY_PRIMING, steps_shown=len(pairs))
 
-    def render(self, record: StepRecord, room: int | None = None) -> list[dict]:
-        """A step as a reply and its observation, cut to `room` tokens when given and needed. Its notes are
-        always whole: a note the (cut) reply does not show whole follows the observation."""
+    def render(self, record: StepRecord, room: int | None = None, query: str = "", notes: bool = True) -> list[dict]:
+        """A step as a reply and its observation, cut to `room` tokens when given and needed: the observation to
+        whole lines or sentences around what matters to `query` and the step's thought (by position only when it
+        has none that fit), saying how to see the rest. Its notes are always whole (unless `notes` is False: the
+        head shows them): a note the (cut) reply does not show whole follows the observation."""
         reply, observation = self.render_step(record)
-        pair = self._with_notes([reply, observation], record.notes_outside_reply())
+        pair = self._with_notes([reply, observation], record.notes_outside_reply() if notes else [])
         if room is None or self.message_tokens(pair) <= room:
             return pair
-        notes = "".join(self._note_lines(record.notes))
-        left = max(40, room - self.counter.count(notes) - 2 * MESSAGE_OVERHEAD)
+        notes_text = "".join(self._note_lines(record.notes)) if notes else ""
+        left = max(40, room - self.counter.count(notes_text) - 2 * MESSAGE_OVERHEAD)
         reply_room = max(20, left // 3)
         reply = dict(reply, content=truncate_middle(reply.get("content") or "", self.counter, reply_room) or None)
-        body = truncate_middle(observation["content"], self.counter,
-                               max(20, left - self.message_tokens([reply]) + MESSAGE_OVERHEAD))
-        return [reply, dict(observation, content=body + notes)]
+        hint = ("\n[this output was cut to fit the context: print a part of it (a slice, a search) to see the rest]"
+                if record.command else "")
+        body_room = max(20, left - self.message_tokens([reply]) + MESSAGE_OVERHEAD - self.counter.count(hint))
+        text = observation["content"]
+        head, _, output = text.partition("\n")  # "Observation (step N):" stays whole
+        body = excerpt(output, f"{query} {record.thought} {record.arg}", self.counter,
+                       body_room - self.counter.count(head) - 1)
+        body = f"{head}\n{body}" if body else truncate_middle(text, self.counter, body_room)
+        return [reply, dict(observation, content=body + hint + notes_text)]
 
     def _with_notes(self, pair: list[dict], notes: list[str]) -> list[dict]:
         if not notes:

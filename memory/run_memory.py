@@ -150,6 +150,7 @@ class RunMemory:
         self.last_recalled: list[Recalled] = []
         self.preparing: Preparation | None = None
         self.rendered: dict[int, tuple[list[dict], int]] = {}  # step in view → its messages and their tokens
+        self._squeezed: StepRecord | None = None  # the newest step, shown cut in the last prompt
         self.notify: Callable[[str], None] = lambda text: None  # a line on the terminal: the loop waits for a summary
         self._objective_hits: list[Hit] | None = None
         self._objective_hits_at = 0
@@ -175,11 +176,23 @@ class RunMemory:
                 summary = self.make_summary(self.summary, leaving, list(steps))
             self._adopt(summary)
             layout = self._layout(system, steps, next_step, alerts, advice)
-        squeeze = bool(layout.view) and self._needed(layout) > limit
-        if not squeeze:
+        squeezed = None
+        if layout.view and self._needed(layout) > limit:  # the newest step alone is too big: it is cut to fit,
+            squeezed = layout.view[-1]  # so a summary made from it, whole, is in the prompt first
+            summary = self._take(wait=True) if self.preparing is not None else None
+            if summary is not None:
+                self._adopt(summary)
+            if self.summary.through_step < squeezed.step:
+                leaving = [s for s in steps if self.summary.through_step < s.step <= squeezed.step]
+                self.notify(f"summarizing {_span(leaving)}: too big for the context, shown cut")
+                self._adopt(self.make_summary(self.summary, leaving, list(steps)))
+            layout = self._layout(system, steps, next_step, alerts, advice)
+        else:
             self._prepare(layout, steps)
-        context = self._finish(system, steps, layout, next_step, alerts, advice, squeeze)
-        context.reshaped = self.summary is not before
+        context = self._finish(system, steps, layout, next_step, alerts, advice, squeezed)
+        # a step shown cut in the last prompt and not in this one: this prompt does not extend it either
+        context.reshaped = self.summary is not before or self._squeezed is not None
+        self._squeezed = squeezed
         return context, (self.summary if context.reshaped else None)
 
     def _view(self, steps: list[StepRecord]) -> list[StepRecord]:
@@ -253,15 +266,15 @@ class RunMemory:
             del self.rendered[step]
 
     def _finish(self, system: str, steps: list[StepRecord], layout: Layout, next_step: int, alerts: str,
-                advice: str, squeeze: bool) -> Context:
-        """The prompt, with what recall finds in the room left (and the newest step cut to fit, when it alone is
-        too big)."""
+                advice: str, squeezed: StepRecord | None) -> Context:
+        """The prompt, with what recall finds in the room left; `squeezed`: the newest step, too big for the prompt
+        and covered by the summary, shown cut to fit around what matters."""
         limit = self.builder.max_tokens
         pairs, counts = list(layout.pairs), list(layout.counts)
-        if squeeze:
-            room = limit - layout.fixed - sum(counts[:-1]) - layout.tail - int(self.recall_budget * RECALL_RESERVE)
-            pairs[-1] = self.builder.render(layout.view[-1], room)
-            counts[-1] = self.builder.message_tokens(pairs[-1])
+        if squeezed is not None:
+            room = limit - layout.fixed - sum(counts) - layout.tail - int(self.recall_budget * RECALL_RESERVE)
+            pairs.append(self.builder.render(squeezed, room, query=self.objective, notes=False))
+            counts.append(self.builder.message_tokens(pairs[-1]))
         recalled: list[Recalled] = []
         if self.store is not None:
             room = min(self.recall_budget, limit - layout.fixed - sum(counts) - layout.tail - 4)

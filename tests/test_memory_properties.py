@@ -1,10 +1,15 @@
 """The memory's promises over generated runs (issue 19): random output sizes, facts anywhere in an output, notes at
-random steps, budgets from 2,500 to 16,000 and resumes at random points. The summarizer is faithful (it repeats every
-fact and note it is shown, and nothing else), so whatever a prompt lacks, the memory lost."""
+random steps, budgets from 2,500 to 16,000 and resumes at random points; and (issue 28) outputs of every shape —
+prose, one long line, JSON, tables, tracebacks, numbers only, long unbroken tokens, non-ASCII — with the fact at the
+start, middle, end or anywhere, at budgets from 2,000 to 16,000. The summarizer is faithful (it repeats every fact
+and note it is shown, whole, and nothing else), so whatever a prompt lacks, the memory lost."""
 
 from __future__ import annotations
 
+import json
+import random
 import re
+from typing import Callable
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -17,7 +22,7 @@ from miniagi.prompts import system_prompt
 COUNTER = counter_for("gpt-4o-mini")
 SYSTEM = system_prompt("/tmp/work")
 FILLER = "Routine entry: the line ran as scheduled and nothing of note was logged. "
-FACT = re.compile(r"FACT \d+ is [a-z]+-\d+\.")
+FACT = re.compile(r"FACT \d+ is [^\s-]+-\d+\.")
 NOTE = re.compile(r"NOTE \d+: [^\n]*?END")
 WORDS = ["amber", "basil", "cedar", "delta", "ember", "fjord", "gamma", "hazel"]
 
@@ -54,14 +59,16 @@ def make_step(number: int, size: int, position: float, note_words: int) -> StepR
     return StepRecord(number, f"read part {number}", "execute_python", f"print(part({number}))", "".join(entries))
 
 
-def check(messages: list[dict], steps: list[StepRecord], memory: RunMemory, budget: int) -> None:
+def check(messages: list[dict], steps: list[StepRecord], memory: RunMemory, budget: int,
+          fact: Callable[[int], str] = fact) -> None:
     assert prompt_tokens(messages) <= budget
     text = "\n".join(message_text(m) for m in messages)
     steps_text = "\n".join(message_text(m) for m in messages[2:])  # the system prompt's example is no step
     shown = [int(n) for n in re.findall(r"Observation \(step (\d+)\)", steps_text)]
     through = memory.summary.through_step
-    # no window: every earlier step is in view, verbatim, or covered by the summary, which the prompt shows
-    assert shown == [s.step for s in steps if s.step > through]
+    # no window: every earlier step is in view, verbatim, or covered by the summary, which the prompt shows (the
+    # newest step, when too big for the prompt, is covered by it and shown cut besides)
+    assert shown == [s.step for s in steps if s.step > through] or (shown == [through] == [steps[-1].step])
     for record in steps:
         for kept in record.notes:  # every note, whole, in every later prompt
             assert kept in text, f"note of step {record.step} missing"
@@ -142,3 +149,154 @@ def test_recall_shows_whole_sentences_around_what_matters_and_the_newest_version
     assert all(piece.strip().endswith((".", "…")) for piece in cut.split("\n"))  # never inside a sentence
     assert same_note("Passphrase so far: 1=amber", "Passphrase so far: 1=amber 2=basil 3=cedar")
     assert not same_note("Passphrase so far: 1=amber", "The build server is hopper-9")
+
+
+# --- outputs of every shape (issue 28) -------------------------------------------------------------------------
+SHAPES = ("prose", "longline", "inline", "json", "table", "traceback", "numbers", "blob", "nonascii")
+PLACES = ("start", "middle", "end", "anywhere")
+ODD_WORDS = ["café", "Zürich", "東京", "naïve", "Ωmega", "amber", "basil", "cedar"]
+
+
+def shaped_fact(step: int) -> str:
+    """A fact per step, some with non-ASCII words."""
+    return f"FACT {step} is {ODD_WORDS[step % len(ODD_WORDS)]}-{1000 + 37 * step}."
+
+
+def shaped_units(shape: str, step: int, count: int, rng: random.Random) -> list[str]:
+    word = lambda i: WORDS[(step + i * 3) % len(WORDS)]  # noqa: E731
+    if shape == "prose":
+        return [f"Entry {i}: the {word(i)} line ran as scheduled, nothing of note logged. " for i in range(count)]
+    if shape in ("longline", "inline"):  # words, no sentence end, no line break
+        return [" ".join(word(i + j) for j in range(8)) + " " for i in range(count)]
+    if shape == "json":
+        return [json.dumps({"id": i, "name": word(i), "values": [rng.randrange(1000) for _ in range(4)]}) + ",\n"
+                for i in range(count)]
+    if shape == "table":
+        return [f"| {i:4d} | {word(i):<6} | {rng.randrange(10**6):7d} |\n" for i in range(count)]
+    if shape == "traceback":
+        return [f'  File "/srv/{word(i)}/mod_{i}.py", line {rng.randrange(1, 900)}, in run_{i}\n    x = f_{i}(y)\n'
+                for i in range(count)]
+    if shape == "numbers":
+        return [" ".join(str(rng.randrange(10**6)) for _ in range(8)) + "\n" for _ in range(count)]
+    if shape == "blob":
+        return ["".join(f"{rng.getrandbits(32):08x}" for _ in range(rng.randrange(4, 40))) + "\n" for _ in range(count)]
+    return [f"Journal n°{i} — l'équipe a vérifié ; 温度は正常、圧力も安定 Ωμέγα ✓ " for i in range(count)]
+
+
+def shaped_output(step: int, shape: str, size: int, place: str, rng: random.Random) -> str:
+    """An output of about `size` tokens with the step's fact at `place`: on a line of its own (in JSON, a string
+    value; in a traceback, the error) or, for "inline", inside one long line with no line break at all."""
+    units, taken = [], 0
+    for unit in shaped_units(shape, step, 1000, rng):
+        if taken >= size:
+            break
+        units.append(unit)
+        taken += max(1, len(unit) // 4)
+    line = shaped_fact(step)
+    line = {"json": json.dumps({"finding": line}, ensure_ascii=False) + ",\n", "traceback": f"RuntimeError: {line}\n",
+            "inline": line + " ", "prose": line + " "}.get(shape, line + "\n")
+    at = {"start": 0, "middle": len(units) // 2, "end": len(units)}.get(place, rng.randrange(len(units) + 1))
+    units.insert(at, line)
+    text = "".join(units)
+    return "[\n" + text.rstrip(",\n") + "\n]" if shape == "json" else text
+
+
+def faithful_asks(budget: int, prompts: list[str]) -> Callable[[str], str]:
+    def ask(prompt: str) -> str:
+        prompts.append(prompt)
+        assert COUNTER.count(prompt) <= budget  # a summarizer call within the budget too
+        return "The agent read outputs. " + " ".join(FACT.findall(prompt) + NOTE.findall(prompt))
+    return ask
+
+
+def shaped_memory(budget: int, prompts: list[str], summary: Summary = Summary()) -> RunMemory:
+    memory = RunMemory(builder=ContextBuilder(COUNTER, budget), summarizer_counter=COUNTER,
+                       ask_summarizer=faithful_asks(budget, prompts), store=None, scope="run", run_id="r",
+                       objective="Read the outputs and keep what matters")
+    memory.summary = summary
+    return memory
+
+
+def shaped_step(number: int, shape: str, size: int, place: str, note_words: int, rng: random.Random) -> StepRecord:
+    if note_words:
+        text = note(number, note_words)
+        return StepRecord(number, "keep it", "memorize_thoughts", text, "Noted.", notes=(text,))
+    return StepRecord(number, f"read output {number}", "execute_python", f"print(output({number}))",
+                      shaped_output(number, shape, size, place, rng))
+
+
+shaped_runs = st.lists(st.tuples(st.sampled_from(SHAPES), st.integers(min_value=0, max_value=900),
+                                 st.sampled_from(PLACES),
+                                 st.one_of(st.just(0), st.just(0), st.just(0), st.integers(min_value=3, max_value=15))),
+                       min_size=1, max_size=30)
+
+
+@given(budget=st.integers(min_value=2000, max_value=16000), shapes=shaped_runs,
+       resume_at=st.integers(min_value=0, max_value=30), seed=st.integers(min_value=0, max_value=2**16))
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_whatever_the_outputs_shape_every_earlier_fact_is_in_view_or_in_the_summary_shown(budget, shapes,
+                                                                                          resume_at, seed):
+    rng, prompts = random.Random(seed), []
+    memory = shaped_memory(budget, prompts)
+    steps: list[StepRecord] = []
+    for number in range(1, len(shapes) + 2):
+        if number == resume_at:  # the process ends; a new one rebuilds the memory from what the trace recorded
+            memory.settle()
+            memory = shaped_memory(budget, prompts, memory.summary)
+        context, _ = memory.context(system=SYSTEM, steps=steps, next_step=number)
+        check(context.messages, steps, memory, budget, shaped_fact)
+        text = "\n".join(message_text(m) for m in context.messages)
+        assert "IN BRIEF" not in text and "see the summary" not in text
+        if number <= len(shapes):
+            steps.append(shaped_step(number, *shapes[number - 1], rng))
+    memory.settle()
+    # one limit per summarizer call: no call condenses what another has just written
+    assert not any("condense" in p.lower() and "outgrew" not in p for p in prompts)
+
+
+def test_a_step_too_big_for_one_summarizer_call_reaches_it_whole_in_overlapping_parts():
+    """A long line with no break and its fact inside, larger than a summarizer call may read: it is read in parts
+    across calls, and the fact is whole in one of them, wherever the cuts fall."""
+    rng, prompts = random.Random(7), []
+    budget = 2000
+    memory = shaped_memory(budget, prompts)
+    steps = [shaped_step(n, "inline", 1400, "anywhere", 0, rng) for n in range(1, 5)]
+    for number in range(1, 6):
+        context, _ = memory.context(system=SYSTEM, steps=steps[:number - 1], next_step=number)
+        check(context.messages, steps[:number - 1], memory, budget, shaped_fact)
+    memory.settle()
+    parts = [p for p in prompts if re.search(r"\[step \d+, part \d+ of \d+\]", p)]
+    assert parts  # the steps were too big for one call
+    for record in steps[:3]:
+        assert any(shaped_fact(record.step) in p for p in prompts), f"step {record.step}'s fact never read whole"
+        assert shaped_fact(record.step) in memory.summary.text
+
+
+def test_the_loop_waits_for_the_summary_being_prepared_and_says_so():
+    """Summaries are prepared in the background while their steps are in view; when room runs out first, the loop
+    waits for one and says so, and the steps leave only once it is in."""
+    import threading
+
+    release, said, prompts = threading.Event(), [], []
+    faithful_ask = faithful_asks(3000, prompts)
+
+    def slow(prompt):
+        release.wait(10)
+        return faithful_ask(prompt)
+
+    memory = RunMemory(builder=ContextBuilder(COUNTER, 3000), summarizer_counter=COUNTER, ask_summarizer=slow,
+                       store=None, scope="run", run_id="r", objective="Read the outputs")
+    memory.notify = said.append
+    rng = random.Random(3)
+    steps: list[StepRecord] = []
+    for number in range(1, 12):
+        if number > 2 and memory.preparing is not None and not said:
+            threading.Timer(0.2, release.set).start()  # the summary comes after the loop has begun to wait
+        context, _ = memory.context(system=SYSTEM, steps=steps, next_step=number)
+        check(context.messages, steps, memory, 3000, shaped_fact)
+        steps.append(shaped_step(number, "table", 400, "middle", 0, rng))
+        if said:
+            break
+    assert said and "summarizing steps" in said[0] and "waiting" in said[0]
+    assert memory.summary.through_step >= 1
+    memory.settle()
