@@ -37,6 +37,8 @@ RECALL_CANDIDATES = 8
 RECALL_ITEM_TOKENS = 200  # at most, for one recalled memory
 MIN_ITEM_TOKENS = 30  # less is no use
 OBJECTIVE_REFRESH = 8  # steps between lookups of what is near the objective
+FILL = 0.8  # of what one summarizer call reads: steps pending that start a summary in the background
+PROMPT_TOKENS = 300  # the summarizer's instructions and the objective, about
 PART_OVERLAP = 100  # tokens: a step too big for one summarizer call is read in parts that overlap by this much
 
 FOLD_PROMPT = """You keep the running summary of an autonomous agent's work: it is the agent's only record of \
@@ -149,6 +151,8 @@ class RunMemory:
         self.code_commands = code_commands
         self.last_recalled: list[Recalled] = []
         self.preparing: Preparation | None = None
+        self._read: dict[int, int] = {}  # step in view → what it takes of a summarizer call
+        self.prepared: Summary | None = None  # made from the one in the prompt (or the one before it prepared)
         self.rendered: dict[int, tuple[list[dict], int]] = {}  # step in view → its messages and their tokens
         self._squeezed: StepRecord | None = None  # the newest step, shown cut in the last prompt
         self.notify: Callable[[str], None] = lambda text: None  # a line on the terminal: the loop waits for a summary
@@ -168,24 +172,23 @@ class RunMemory:
         limit, before = self.builder.max_tokens, self.summary
         layout = self._layout(system, steps, next_step, alerts, advice)
         while len(layout.view) > 1 and self._needed(layout) > limit:
-            last = layout.view[self._leaving(layout) - 1].step  # the last step to leave the view
-            summary = self._take(wait=True) if self.preparing is not None else None
-            if summary is None or summary.through_step <= self.summary.through_step:
+            if self.prepared is None and self.preparing is not None:
+                self._collect(wait=True)
+            prepared, newest = self.prepared, layout.view[-1].step
+            if prepared is not None and prepared.through_step < newest:
+                self._adopt(prepared)  # made in the background: no wait, and perhaps enough
+            else:
+                if prepared is not None:  # it would take the newest step out of view too: not that one
+                    self.prepared = None
+                last = layout.view[self._leaving(layout) - 1].step
                 leaving = [s for s in steps if self.summary.through_step < s.step <= last]
                 self.notify(f"summarizing {_span(leaving)} before they leave the view")
-                summary = self.make_summary(self.summary, leaving, list(steps))
-            self._adopt(summary)
+                self._adopt(self.make_summary(self.summary, leaving, list(steps)))
             layout = self._layout(system, steps, next_step, alerts, advice)
         squeezed = None
         if layout.view and self._needed(layout) > limit:  # the newest step alone is too big: it is cut to fit,
             squeezed = layout.view[-1]  # so a summary made from it, whole, is in the prompt first
-            summary = self._take(wait=True) if self.preparing is not None else None
-            if summary is not None:
-                self._adopt(summary)
-            if self.summary.through_step < squeezed.step:
-                leaving = [s for s in steps if self.summary.through_step < s.step <= squeezed.step]
-                self.notify(f"summarizing {_span(leaving)}: too big for the context, shown cut")
-                self._adopt(self.make_summary(self.summary, leaving, list(steps)))
+            self._cover(steps, squeezed.step, "too big for the context, shown cut")
             layout = self._layout(system, steps, next_step, alerts, advice)
         else:
             self._prepare(layout, steps)
@@ -232,38 +235,81 @@ class RunMemory:
             kept, keep = kept + tokens, keep + 1
         return max(1, len(older) - keep)
 
+    def _cover(self, steps: list[StepRecord], last: int, why: str) -> None:
+        """Adopt a summary that covers every step up to `last` at least: the one prepared, when it does (waited
+        for, saying so, while it is being made), else one made there and then from it."""
+        if self.preparing is not None and (self.prepared is None or self.prepared.through_step < last):
+            self._collect(wait=True)
+        base = self._base()
+        if base.through_step < last:
+            leaving = [s for s in steps if base.through_step < s.step <= last]
+            self.notify(f"summarizing {_span(leaving)}: {why}")
+            base = self.make_summary(base, leaving, list(steps))
+        self._adopt(base)
+
+    def _base(self) -> Summary:
+        """What the next summary is made from: the latest one prepared, else the one in the prompt."""
+        return self.prepared or self.summary
+
+    def _collect(self, wait: bool) -> None:
+        """A preparation that has ended (or, with `wait`, once it ends: the loop says it waits) becomes the latest
+        summary prepared, if it was made from the latest."""
+        preparing = self.preparing
+        if preparing is None or (preparing.thread.is_alive() and not wait):
+            return
+        if preparing.thread.is_alive():
+            self.notify(f"summarizing {preparing.span} before they leave the view (waiting for the summary)")
+        self.preparing = None
+        summary = preparing.wait()
+        if summary is not None and preparing.base is self._base():
+            self.prepared = summary
+
     def _prepare(self, layout: Layout, steps: list[StepRecord]) -> None:
-        """Start summarizing, in the background, the steps likely to leave for the next step, while they are still
-        in view: the summary is then ready, most often, when it is needed."""
+        """Summarize in the background, while they are still in view, the steps after the latest summary: as soon
+        as they fill one summarizer call (calls read as much as they can), or sooner when some are likely to leave
+        for the next step. The summary is then ready, most often, when room runs out; until then the prompt does
+        not change (and the newest step of that time stays in view when it is adopted)."""
+        self._collect(wait=False)
         if self.preparing is not None or not layout.view:
             return
+        base = self._base()
+        pending = [(r, self._read_tokens(r)) for r in layout.view if r.step > base.through_step]
+        if not pending:
+            return
+        room = max(300, self.builder.max_tokens - PROMPT_TOKENS - self.counter.count(base.text)
+                   - self.summary_cap - self.builder.notes_cap)
         likely = max(layout.counts[-3:])  # the next step, judged by the last ones
+        urgent = 0
         if self._needed(layout) + likely > self.builder.max_tokens:
-            last = layout.view[self._leaving(layout, coming=likely) - 1].step
-            base, snapshot = self.summary, list(steps)
-            leaving = [s for s in steps if base.through_step < s.step <= last]
-            self.preparing = Preparation(base, lambda cancelled: self.make_summary(base, leaving, snapshot,
-                                                                                  cancelled), _span(leaving))
+            urgent = layout.view[self._leaving(layout, coming=likely) - 1].step
+        if urgent <= base.through_step and sum(c for _, c in pending) < room * FILL:
+            return
+        leaving, used = [], 0
+        for record, tokens in pending:  # whole steps, as many as one call reads, and at least those likely to leave
+            if leaving and used + tokens > room and record.step > urgent:
+                break
+            leaving.append(record)
+            used += tokens
+        snapshot = list(steps)
+        self.preparing = Preparation(base, lambda cancelled: self.make_summary(base, leaving, snapshot, cancelled),
+                                     _span(leaving))
 
-    def _take(self, wait: bool) -> Summary | None:
-        """The summary being prepared (waited for, saying so, when it is not ready); None if it was made from a
-        summary no longer current, or failed to be made (the caller makes one)."""
-        preparing, self.preparing = self.preparing, None
-        if preparing.thread.is_alive():
-            if not wait:
-                return None
-            self.notify(f"summarizing {preparing.span} before they leave the view (waiting for the summary)")
-        summary = preparing.wait()
-        return summary if preparing.base is self.summary else None
+    def _read_tokens(self, record: StepRecord) -> int:
+        """What a step takes of a summarizer call (known once counted)."""
+        if record.step not in self._read:
+            self._read[record.step] = self.summarizer_counter.count(self._for_summarizer(record)) + 2
+        return self._read[record.step]
 
     def _adopt(self, summary: Summary) -> None:
         """The summary takes the place of the steps it covers: what left the view must be findable by recall from
         now on (wait for the writer if it lags)."""
         left = range(self.summary.through_step + 1, summary.through_step + 1)
         self._flush_store([f"{self.run_id}:step:{step}" for step in left])
-        self.summary = summary
+        self.summary, self.prepared = summary, None
         for step in [s for s in self.rendered if s <= summary.through_step]:
             del self.rendered[step]
+        for step in [s for s in self._read if s <= summary.through_step]:
+            del self._read[step]
 
     def _finish(self, system: str, steps: list[StepRecord], layout: Layout, next_step: int, alerts: str,
                 advice: str, squeezed: StepRecord | None) -> Context:
@@ -305,7 +351,7 @@ class RunMemory:
     def settle(self, wait: bool = True) -> None:
         """At the run's end: a summary still being made is called off (no further model call is made after the
         run ends); a call in flight is waited for, so that it is recorded, or (not `wait`) left behind."""
-        preparing, self.preparing = self.preparing, None
+        preparing, self.preparing, self.prepared = self.preparing, None, None
         if preparing is not None:
             preparing.cancelled.set()
             if wait:

@@ -297,6 +297,6 @@ def test_the_loop_waits_for_the_summary_being_prepared_and_says_so():
         steps.append(shaped_step(number, "table", 400, "middle", 0, rng))
         if said:
             break
-    assert said and "summarizing steps" in said[0] and "waiting" in said[0]
+    assert said and "summarizing step" in said[0] and "waiting" in said[0]
     assert memory.summary.through_step >= 1
     memory.settle()
