@@ -38,7 +38,6 @@ RECALL_ITEM_TOKENS = 200  # at most, for one recalled memory
 MIN_ITEM_TOKENS = 30  # less is no use
 OBJECTIVE_REFRESH = 8  # steps between lookups of what is near the objective
 FILL = 0.8  # of what one summarizer call reads: steps pending that start a summary in the background
-PROMPT_TOKENS = 300  # the summarizer's instructions and the objective, about
 PART_OVERLAP = 100  # tokens: a step too big for one summarizer call is read in parts that overlap by this much
 
 FOLD_PROMPT = """You keep the running summary of an autonomous agent's work: it is the agent's only record of \
@@ -151,6 +150,7 @@ class RunMemory:
         self.code_commands = code_commands
         self.last_recalled: list[Recalled] = []
         self.preparing: Preparation | None = None
+        self._skeleton: int | None = None  # tokens of a fold prompt without the summary and the steps
         self._read: dict[int, int] = {}  # step in view → what it takes of a summarizer call
         self.prepared: Summary | None = None  # made from the one in the prompt (or the one before it prepared)
         self.rendered: dict[int, tuple[list[dict], int]] = {}  # step in view → its messages and their tokens
@@ -273,23 +273,26 @@ class RunMemory:
         if self.preparing is not None or not layout.view:
             return
         base = self._base()
-        pending = [(r, self._read_tokens(r)) for r in layout.view if r.step > base.through_step]
+        pending = [(r, self._read_tokens(r), c) for r, c in zip(layout.view, layout.counts)
+                   if r.step > base.through_step]
         if not pending:
             return
-        room = max(300, self.builder.max_tokens - PROMPT_TOKENS - self.counter.count(base.text)
-                   - self.summary_cap - self.builder.notes_cap)
+        notes = self.builder.notes_tokens(self.head_notes(steps)) + self.counter.count(base.notes_digest)
+        room = max(300, self._call_room(base.text, self.summary_cap + max(0, self.builder.notes_cap - notes)))
         likely = max(layout.counts[-3:])  # the next step, judged by the last ones
-        urgent = 0
-        if self._needed(layout) + likely > self.builder.max_tokens:
-            urgent = layout.view[self._leaving(layout, coming=likely) - 1].step
-        if urgent <= base.through_step and sum(c for _, c in pending) < room * FILL:
+        # what must leave for the next step to fit, once the summary prepared already is in (it frees its steps,
+        # and grows)
+        freed = sum(c for r, c in zip(layout.view, layout.counts) if r.step <= base.through_step)
+        grows = self.counter.count(base.text) - self.counter.count(self.summary.text) if freed else 0
+        must = self._needed(layout) - freed + grows + likely - self.builder.max_tokens
+        if must <= 0 and sum(tokens for _, tokens, _ in pending) < room * FILL:
             return
         leaving, used = [], 0
-        for record, tokens in pending:  # whole steps, as many as one call reads, and at least those likely to leave
-            if leaving and used + tokens > room and record.step > urgent:
+        for record, tokens, shown in pending:  # whole steps, as many as one call reads, and those that must leave
+            if leaving and used + tokens > room and must <= 0:
                 break
             leaving.append(record)
-            used += tokens
+            used, must = used + tokens, must - shown
         snapshot = list(steps)
         self.preparing = Preparation(base, lambda cancelled: self.make_summary(base, leaving, snapshot, cancelled),
                                      _span(leaving))
@@ -386,15 +389,12 @@ class RunMemory:
         the summary so far, and its reply within the budget), a step too big for one call in parts; each call is
         told the one limit it has."""
         words = words_for(cap)
-        skeleton = self.summarizer_counter.count(FOLD_PROMPT.format(
-            objective=self.objective, so_far=self._so_far("", 1), first=0, last=0,
-            steps=fence_untrusted("the steps", ""), words=words))
         # the least room a call has: the summary so far at its ceiling, and the reply at its cap
-        least = max(300, self.builder.max_tokens - skeleton - _ceiling(cap) - cap)
+        least = max(300, self._call_room("", cap) - _ceiling(cap))
         pieces = self._pieces(leaving, least)
         text, through, start = base.text, base.through_step, 0
         while start < len(pieces):
-            room = max(least, self.builder.max_tokens - skeleton - self.summarizer_counter.count(text) - cap)
+            room = max(least, self._call_room(text, cap))
             end, used = start + 1, pieces[start][2]
             while end < len(pieces) and used + pieces[end][2] <= room:
                 used, end = used + pieces[end][2], end + 1
@@ -405,6 +405,15 @@ class RunMemory:
                                           steps=fence_untrusted("the steps", chunk))).strip()
             through, start = last, end
         return self._within(text, cap)
+
+    def _call_room(self, text: str, cap: int) -> int:
+        """What one summarizer call may read of the steps, given the summary so far and the reply's cap: the
+        call, prompt and reply, within the budget."""
+        if self._skeleton is None:
+            self._skeleton = self.summarizer_counter.count(FOLD_PROMPT.format(
+                objective=self.objective, so_far=self._so_far("", 1), first=0, last=0,
+                steps=fence_untrusted("the steps", ""), words=words_for(cap)))
+        return self.builder.max_tokens - self._skeleton - self.summarizer_counter.count(text) - cap
 
     @staticmethod
     def _so_far(text: str, through: int) -> str:

@@ -8,6 +8,7 @@ cached (a local model's prefill).
 
     python scripts/bench_cache.py                   # this checkout
     python scripts/bench_cache.py --before 73129cf  # and the same for an earlier commit, side by side
+    python scripts/bench_cache.py --budget 8000 --steps 100 --no-wall --root /work/main   # another checkout
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def scripted(steps: int, agent_requests: list):
     return respond
 
 
-def measure(steps: int, package_root: Path, prefill_s: float = 0.0) -> dict:
+def measure(steps: int, package_root: Path, prefill_s: float = 0.0, budget: int = BUDGET) -> dict:
     agent_requests: list = []
     with tempfile.TemporaryDirectory() as tmp, FakeLLM(responder=scripted(steps, agent_requests),
                                                        prefill_s_per_token=prefill_s) as llm:
@@ -57,7 +58,7 @@ def measure(steps: int, package_root: Path, prefill_s: float = 0.0) -> dict:
         work.mkdir()
         env = dict(os.environ, OPENAI_BASE_URL=llm.url, OPENAI_API_KEY="bench", MINIAGI_HOME=str(Path(tmp) / "home"),
                    MINIAGI_MODEL="agent-model", MINIAGI_SUMMARIZER_MODEL="summarizer",
-                   MINIAGI_MAX_CONTEXT_TOKENS=str(BUDGET), MINIAGI_MAX_STEPS=str(steps + 5), MINIAGI_MAX_COST="0",
+                   MINIAGI_MAX_CONTEXT_TOKENS=str(budget), MINIAGI_MAX_STEPS=str(steps + 5), MINIAGI_MAX_COST="0",
                    PYTHONPATH=str(package_root))
         started = time.perf_counter()
         done = subprocess.run([sys.executable, "-m", "miniagi", "-y", "--unattended", "Report and take notes"],
@@ -71,21 +72,25 @@ def measure(steps: int, package_root: Path, prefill_s: float = 0.0) -> dict:
     reused = sum(common_prefix(a, b) for a, b in zip(prompts, prompts[1:]))
     return {"steps": len(agent_requests), "sent": sent, "reused": reused, "fresh": sent - reused,
             "largest": max(len(p) for p in prompts), "calls_per_step": total_requests / len(agent_requests),
-            "wall_s": wall}
+            "wall_s": wall, "budget": budget}
 
 
 def report(label: str, figures: dict) -> None:
     print(f"  {label}: {figures['sent']:,} agent prompt tokens sent, {figures['reused'] / figures['sent']:.0%} "
           f"repeat the previous prompt's beginning, {figures['fresh']:,} read afresh; largest prompt "
-          f"{figures['largest']:,} of {BUDGET:,} (o200k count of the rendered messages); "
+          f"{figures['largest']:,} of {figures['budget']:,} (o200k count of the rendered messages); "
           f"{figures['calls_per_step']:.2f} model calls per step")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--before", metavar="REV", help="also measure this earlier commit, for comparison")
+    parser.add_argument("--root", metavar="DIR", help="measure the package in this directory instead of this one")
+    parser.add_argument("--budget", type=int, default=BUDGET, help="--max-context-tokens")
+    parser.add_argument("--steps", default="31,300", help="comma-separated run lengths")
+    parser.add_argument("--no-wall", action="store_true", help="skip the timed 100-step run")
     args = parser.parse_args()
-    versions = [("now", ROOT)]
+    versions = [("now", Path(args.root) if args.root else ROOT)]
     worktree = None
     if args.before:
         worktree = Path(tempfile.mkdtemp(prefix="miniagi-before-"))
@@ -93,13 +98,15 @@ def main() -> None:
                        check=True, capture_output=True)
         versions.insert(0, (f"before ({args.before})", worktree))
     try:
-        for steps in (31, 300):
-            print(f"{steps}-step run, budget {BUDGET} tokens:")
+        for steps in (int(n) for n in args.steps.split(",")):
+            print(f"{steps}-step run, budget {args.budget} tokens:")
             for label, root in versions:
-                report(label, measure(steps, root))
+                report(label, measure(steps, root, budget=args.budget))
+        if args.no_wall:
+            return
         print("100-step run, the server spending 1 ms per uncached prompt token:")
         for label, root in versions:
-            figures = measure(100, root, prefill_s=0.001)
+            figures = measure(100, root, prefill_s=0.001, budget=args.budget)
             print(f"  {label}: {figures['wall_s']:.1f} s wall ({figures['fresh']:,} tokens read afresh)")
     finally:
         if worktree is not None:
