@@ -528,11 +528,15 @@ class RunMemory:
         hits = [hit for hit in hits if hit.distance <= (objective_cut if hit.kind == "objective" else cut)
                 and not self._in_view(hit) and " ".join(hit.text.split()) not in flat
                 and novelty(hit.text, words) >= NOVELTY]
+        later = [(s.step, note) for s in steps for note in s.notes]  # this run's notes
         chosen: list[Recalled] = []
         for hit in hits:
-            if hit.kind == "note" and any(other.kind == "note" and _newer(other, hit)
-                                          and same_note(other.text, hit.text) for other in hits):
-                continue  # a newer version of this note is at hand: it wins
+            if hit.kind == "note" and (
+                    any(other.kind == "note" and _newer(other, hit) and same_note(other.text, hit.text)
+                        for other in hits)
+                    or (hit.run == self.run_id and any(step > hit.step and same_note(text, hit.text)
+                                                       for step, text in later))):
+                continue  # a newer version of this note is at hand, or in the prompt: it wins
             label = self._label(hit)
             share = min(room if not chosen else room // 2, RECALL_ITEM_TOKENS) - self.counter.count(f"- ({label}) ")
             if share < MIN_ITEM_TOKENS:

@@ -133,6 +133,10 @@ def test_notes_that_outgrow_their_share_go_into_a_digest_the_prompt_names_and_th
     assert [int(n) for n in re.findall(r"\(step (\d+)\)", listed)] == sorted(
         [s.step for s in later if s.step <= summary.through_step], reverse=True)  # newest first
     assert any("notes to itself" in p for p in prompts)
+    # every note the digest is labelled with reached a digest call, whole, and none was condensed again after it
+    digest_prompts = "\n".join(p for p in prompts if "notes to itself" in p)
+    assert all(s.notes[0] in digest_prompts for s in steps if s.notes and s.step <= summary.notes_through)
+    assert not any("condense" in p.lower() and "notes to itself" not in p for p in prompts)
 
 
 def test_recall_shows_whole_sentences_around_what_matters_and_the_newest_version_of_a_note():
@@ -300,3 +304,32 @@ def test_the_loop_waits_for_the_summary_being_prepared_and_says_so():
     assert said and "summarizing step" in said[0] and "waiting" in said[0]
     assert memory.summary.through_step >= 1
     memory.settle()
+
+
+def test_no_summarizer_call_starts_once_the_run_has_ended():
+    """A summary in the making when the run ends is called off: the call in flight ends, no other one starts."""
+    import threading
+
+    started, release, prompts = threading.Event(), threading.Event(), []
+
+    def slow(prompt):
+        prompts.append(prompt)
+        started.set()
+        release.wait(10)
+        return "The agent read outputs."
+
+    memory = RunMemory(builder=ContextBuilder(COUNTER, 2500), summarizer_counter=COUNTER, ask_summarizer=slow,
+                       store=None, scope="run", run_id="r", objective="Read the outputs")
+    rng = random.Random(5)
+    # steps big enough that the one summary prepared takes several calls
+    steps = [shaped_step(n, "inline", 1400, "middle", 0, rng) for n in range(1, 3)]
+    from memory.run_memory import Preparation
+
+    memory.preparing = Preparation(memory.summary, lambda cancelled: memory.make_summary(
+        memory.summary, steps, steps, cancelled))
+    assert started.wait(10)
+    memory.settle(wait=False)  # the run ends (done) while the first call is in flight
+    release.set()
+    for thread in [t for t in threading.enumerate() if t.name == "summary"]:
+        thread.join(10)
+    assert len(prompts) == 1
