@@ -150,6 +150,7 @@ class RunMemory:
         self.code_commands = code_commands
         self.last_recalled: list[Recalled] = []
         self.preparing: Preparation | None = None
+        self._prefetch: tuple | None = None  # (query, thread, [hits]): recall looked up while a command runs
         self._skeleton: int | None = None  # tokens of a fold prompt without the summary and the steps
         self._read: dict[int, int] = {}  # step in view → what it takes of a summarizer call
         self.prepared: Summary | None = None  # made from the one in the prompt (or the one before it prepared)
@@ -304,10 +305,8 @@ class RunMemory:
         return self._read[record.step]
 
     def _adopt(self, summary: Summary) -> None:
-        """The summary takes the place of the steps it covers: what left the view must be findable by recall from
-        now on (wait for the writer if it lags)."""
-        left = range(self.summary.through_step + 1, summary.through_step + 1)
-        self._flush_store([f"{self.run_id}:step:{step}" for step in left])
+        """The summary takes the place of the steps it covers. (They are stored for recall in the background; the
+        loop does not wait for that: the summary made from them is in the prompt.)"""
         self.summary, self.prepared = summary, None
         for step in [s for s in self.rendered if s <= summary.through_step]:
             del self.rendered[step]
@@ -343,13 +342,6 @@ class RunMemory:
         """The notes the head shows whole: those of the steps out of view, less the digested ones."""
         return head_notes([Note(s.step, note) for s in steps
                            if self.summary.notes_through < s.step <= self.summary.through_step for note in s.notes])
-
-    def _flush_store(self, ids: list[str]) -> None:
-        if self.store is not None and self.store.pending(ids):
-            try:
-                self.store.flush()
-            except Exception:  # reported by the next remember; recall goes on with what is stored
-                pass
 
     def settle(self, wait: bool = True) -> None:
         """At the run's end: a summary still being made is called off (no further model call is made after the
@@ -517,10 +509,10 @@ class RunMemory:
         hits, query = list(self._objective_hits), self.objective
         if steps:  # and near what the agent is doing now (a short query: embedding time grows with length)
             latest = steps[-1]
-            # no command names: they would bring back every step of another run that used the same command
-            detail = "" if latest.command in self.code_commands else f" ({latest.arg[:80]})"
-            now = f"{latest.thought[:120]}{detail}"
-            near = self.store.search_by([self.store.embed_one(now)], RECALL_CANDIDATES, where)
+            now = self._now(latest.thought, latest.command, latest.arg)
+            near = self._prefetched(now)
+            if near is None:
+                near = self.store.search_by([self.store.embed_one(now)], RECALL_CANDIDATES, where)
             known = {hit.id for hit in near}
             hits = sorted(near + [hit for hit in hits if hit.id not in known], key=lambda hit: hit.distance)
             query = f"{now}\n{self.objective}"
@@ -550,6 +542,38 @@ class RunMemory:
             chosen.append(Recalled(hit.id, label, text))
             room -= cost
         return chosen
+
+    def _now(self, thought: str, command: str, arg: str) -> str:
+        """What recall asks about the step: its thought, and the argument of a command that is not code (no command
+        names: they would bring back every step of another run that used the same command)."""
+        detail = "" if command in self.code_commands else f" ({arg[:80]})"
+        return f"{thought[:120]}{detail}"
+
+    def prefetch(self, thought: str, command: str, arg: str) -> None:
+        """Look up, in a thread, what is near the action the agent just chose, while its command runs: the next
+        prompt's recall then finds it ready (embedding and searching off the loop's path). Only once the store is
+        open (opening it is the warm-up's work)."""
+        if self.store is None or getattr(self.store, "_collection", None) is None:
+            return
+        now, store, where = self._now(thought, command, arg), self.store, self.recall_filter
+        box: list = []
+
+        def look() -> None:
+            try:
+                box.append(store.search_by([store.embed_one(now)], RECALL_CANDIDATES, where))
+            except Exception:  # recall looks again itself, and reports what fails
+                pass
+
+        thread = threading.Thread(target=look, name="memory-prefetch", daemon=True)
+        thread.start()
+        self._prefetch = (now, thread, box)
+
+    def _prefetched(self, now: str) -> list[Hit] | None:
+        prefetch, self._prefetch = self._prefetch, None
+        if prefetch is None or prefetch[0] != now:
+            return None
+        prefetch[1].join()
+        return prefetch[2][0] if prefetch[2] else None
 
     def _in_view(self, hit: Hit) -> bool:
         """This run's objective, its steps in view and its notes (whole in the head or in their steps) are in the

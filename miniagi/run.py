@@ -214,6 +214,7 @@ class Run:
                                           f"(last problem: {error.problem})") from None
             return None
         self.emit(ev.Action(step=number, thought=action.thought, command=action.command, arg=action.arg))
+        self.memory.prefetch(action.thought, action.command, action.arg)  # the next recall, while the command runs
         return action
 
     def store_might_hold(self) -> bool:
