@@ -377,26 +377,39 @@ class RunMemory:
         return Summary(text=text, through_step=through, notes_digest=digest, notes_through=notes_through)
 
     def _fold(self, base: Summary, leaving: list[StepRecord], cap: int, ask: Ask) -> str:
-        """The summary with the steps folded in: as many whole steps per call as fit (the summarizer's prompt, with
-        the summary so far, and its reply within the budget), a step too big for one call in parts; each call is
-        told the one limit it has."""
-        words = words_for(cap)
-        # the least room a call has: the summary so far at its ceiling, and the reply at its cap
-        least = max(300, self._call_room("", cap) - _ceiling(cap))
-        pieces = self._pieces(leaving, least)
-        text, through, start = base.text, base.through_step, 0
-        while start < len(pieces):
-            room = max(least, self._call_room(text, cap))
-            end, used = start + 1, pieces[start][2]
-            while end < len(pieces) and used + pieces[end][2] <= room:
-                used, end = used + pieces[end][2], end + 1
-            chunk = "\n\n".join(piece for piece, _, _ in pieces[start:end])
-            first, last = pieces[start][1], pieces[end - 1][1]
+        """The summary with the steps folded in: as many whole steps per call as its room holds (the summarizer's
+        prompt, with the summary so far, and its reply within the budget); a step too big for the room of a call is
+        read in parts, each call told the one limit it has."""
+        words, counter = words_for(cap), self.summarizer_counter
+        queue = [(self._for_summarizer(record), record.step) for record in leaving]
+        text, through = base.text, base.through_step
+        while queue:
+            room = max(300, self._call_room(text, cap))
+            batch, used = [], 0
+            while queue:
+                piece, step = queue[0]
+                size = counter.count(piece) + 2
+                if size > room and not batch:  # too big for any call of this room: in parts
+                    queue[0:1] = [(part, step) for part in self._parts(piece, step, room)]
+                    continue
+                if batch and used + size > room:
+                    break
+                batch.append(queue.pop(0))
+                used += size
+            first, last = batch[0][1], batch[-1][1]
             text = ask(FOLD_PROMPT.format(objective=self.objective, so_far=self._so_far(text, through),
                                           first=first, last=last, words=words,
-                                          steps=fence_untrusted("the steps", chunk))).strip()
-            through, start = last, end
+                                          steps=fence_untrusted("the steps", "\n\n".join(p for p, _ in batch)))).strip()
+            through = last
         return self._within(text, cap)
+
+    def _parts(self, text: str, step: int, room: int) -> list[str]:
+        """A step too big for `room`, split at paragraphs, lines, sentences or words (tokens only where there are
+        none) into parts that overlap a little, so that what lies across a cut is whole in one of them; each part
+        says which step it is part of."""
+        overlap = min(PART_OVERLAP, room // 8)
+        parts = split_by_tokens(text, self.summarizer_counter, max(50, room - overlap - 20), overlap=overlap)
+        return [f"[step {step}, part {i} of {len(parts)}]\n{part}" for i, part in enumerate(parts, start=1)]
 
     def _call_room(self, text: str, cap: int) -> int:
         """What one summarizer call may read of the steps, given the summary so far and the reply's cap: the
@@ -411,26 +424,6 @@ class RunMemory:
     def _so_far(text: str, through: int) -> str:
         return (f"The summary of steps 1-{through} so far (keep what it holds: it is the only record of them):\n"
                 f"{text}" if through else "There is no summary yet: these are the first steps.")
-
-    def _pieces(self, leaving: list[StepRecord], room: int) -> list[tuple[str, int, int]]:
-        """The steps as the summarizer reads them, each whole (a line or sentence said again shown once, with its
-        count), with its step and tokens. A step too big for `room` is split, at paragraphs, lines, sentences or
-        words (tokens only where there are none), into parts that overlap a little, so that what lies across a cut
-        is whole in one of them; each part says which step it is part of."""
-        counter = self.summarizer_counter
-        pieces: list[tuple[str, int, int]] = []
-        for record in leaving:
-            text = self._for_summarizer(record)
-            size = counter.count(text)
-            if size <= room:
-                pieces.append((text, record.step, size + 2))
-                continue
-            overlap = min(PART_OVERLAP, room // 8)
-            parts = split_by_tokens(text, counter, room - overlap - 20, overlap=overlap)
-            for i, part in enumerate(parts, start=1):
-                part = f"[step {record.step}, part {i} of {len(parts)}]\n{part}"
-                pieces.append((part, record.step, counter.count(part) + 2))
-        return pieces
 
     @staticmethod
     def _for_summarizer(record: StepRecord) -> str:
