@@ -419,6 +419,8 @@ class Endpoint:
 
     api_key: str | None
     base_url: str | None
+    azure_endpoint: str | None = None  # AZURE_OPENAI_ENDPOINT: requests go to an Azure OpenAI resource
+    api_version: str | None = None  # OPENAI_API_VERSION, for Azure
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None,
@@ -430,9 +432,16 @@ class Endpoint:
             value = environ.get(name) or dotenv.get(name)
             return value.strip() if value and value.strip() else None
 
+        azure = lookup("AZURE_OPENAI_ENDPOINT")
+        if azure:
+            return cls(api_key=lookup("AZURE_OPENAI_API_KEY") or lookup("OPENAI_API_KEY"), base_url=azure,
+                       azure_endpoint=azure, api_version=lookup("OPENAI_API_VERSION"))
         return cls(api_key=lookup("OPENAI_API_KEY"), base_url=lookup("OPENAI_BASE_URL") or lookup("OPENAI_API_BASE"))
 
     def check(self) -> None:
+        if self.azure_endpoint and not (self.api_key and self.api_version):
+            raise ConfigError("AZURE_OPENAI_ENDPOINT is set: set AZURE_OPENAI_API_KEY and OPENAI_API_VERSION too "
+                              "(e.g. 2024-10-21)")
         if not self.api_key and not self.base_url:
             raise ConfigError(
                 "no model endpoint: set OPENAI_API_KEY (OpenAI) or OPENAI_BASE_URL (a local server such as "

@@ -1,24 +1,24 @@
 """The model behind one small interface: `complete(messages, model=...) -> Completion`.
 
-`OpenAIModel` speaks to any OpenAI-compatible endpoint over HTTP (httpx: `EndpointClient` builds each request, the
-reader below takes the answer as it streams), retrying rate limits, 5xx and dropped connections with bounded backoff.
-It does not go through the `openai` package: importing that costs ~0.6 s of every start, and all it did for us was
-build one POST and name the HTTP statuses. `ScriptedModel` answers from a list, for tests, replay and demos.
+`OpenAIModel` speaks to any OpenAI-compatible endpoint through the `openai` SDK (endpoint.py: the SDK's client with
+miniagi's bounds), retrying rate limits, 5xx and dropped connections with bounded backoff (retry.py), and learning
+which request parameters an endpoint refuses. `ScriptedModel` answers from a list, for tests, replay and demos.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import threading
 import time
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol, Union
+from typing import Any, Callable, Iterable, Protocol, Union
 
 from .config import ConfigError, Endpoint
+from .endpoint import (BYTES_PER_TOKEN_BOUND, CHARS_PER_TOKEN_BOUND, PAST_CAP_SLACK, UNCAPPED_REPLY_TOKENS,
+                       BadResponse, BrokenStream, Dropped, EndpointClient, FailedMidReply, Limits, PastDeadline, Reply,
+                       Silent, request_deadline)
 from .retry import Backoff, retry_after
 
 Message = dict  # {"role": "system" | "user" | "assistant" | "tool", "content": str, …}
@@ -78,10 +78,6 @@ class ModelRejected(ConfigError):
 
 class ModelError(Exception):
     """The endpoint answered with an error that retrying will not fix."""
-
-
-class BadResponse(Exception):
-    """A 200 answer that is not a chat completion (an HTML error page from a proxy, a truncated body)."""
 
 
 # USD per 1M tokens: (input, output, cached input — the prompt tokens the endpoint served from its prefix cache).
@@ -173,72 +169,6 @@ def count_prompt_tokens(messages: list[Message], model: str, exact: bool = True)
     return sum(count(message_text(m)) + 4 for m in messages)
 
 
-class StatusError(Exception):
-    """The endpoint answered with an HTTP error status; `body` is its JSON (or text), `headers` its headers."""
-
-    def __init__(self, status_code: int, body: Any, headers: Mapping[str, str]):
-        self.status_code, self.body, self.headers = status_code, body, headers
-        super().__init__(f"HTTP {status_code}" + (f": {body[:300]}" if isinstance(body, str) and body else ""))
-
-
-ERROR_BODY_BYTES = 65_536  # what is read of an error answer: its message, not a proxy's whole error page
-
-
-class EndpointClient:
-    """The HTTP side of an OpenAI-compatible endpoint: its base URL and headers, and one httpx client whose
-    connections are kept from one request to the next. Proxies are taken from the environment, as curl does."""
-
-    def __init__(self, endpoint: Endpoint):
-        import httpx
-
-        from . import __version__
-
-        self.base_url = (endpoint.base_url or "https://api.openai.com/v1").rstrip("/")
-        # a local server needs no key; sending a placeholder keeps servers that want some Authorization content
-        headers = {"Authorization": f"Bearer {endpoint.api_key or 'not-needed'}", "Accept": "application/json",
-                   "User-Agent": f"miniagi/{__version__}"}
-        for header, name in (("OpenAI-Organization", "OPENAI_ORG_ID"), ("OpenAI-Project", "OPENAI_PROJECT_ID")):
-            if os.environ.get(name):
-                headers[header] = os.environ[name]
-        self.http = httpx.Client(headers=headers, follow_redirects=True, timeout=httpx.Timeout(120.0, connect=10.0))
-
-    @contextmanager
-    def stream(self, path: str, body: dict, timeout=None) -> Iterator:
-        """POST `body` as JSON and yield the answer unread (an httpx response); an error status raises
-        StatusError, a connection that fails raises httpx's error."""
-        request = self.http.build_request("POST", self.base_url + path, content=json.dumps(body).encode(),
-                                          headers={"Content-Type": "application/json"}, timeout=timeout)
-        response = self.http.send(request, stream=True)
-        try:
-            if response.status_code >= 400:
-                raise _status_error(response)
-            yield response
-        finally:
-            response.close()
-
-    def post(self, path: str, body: dict, timeout=None) -> dict:
-        """POST `body` as JSON and return the JSON answer (a dict)."""
-        with self.stream(path, body, timeout) as response:
-            return _json_body(response.read())
-
-
-def _status_error(response) -> StatusError:
-    data = bytearray()
-    try:
-        for piece in response.iter_bytes():
-            data += piece
-            if len(data) >= ERROR_BODY_BYTES:
-                break
-    except Exception:  # the error's text is a courtesy: a connection that breaks while sending it loses only that
-        pass
-    text = bytes(data[:ERROR_BODY_BYTES]).decode("utf-8", "replace").strip()
-    try:
-        body: Any = json.loads(text)
-    except ValueError:
-        body = text
-    return StatusError(response.status_code, body, response.headers)
-
-
 class OpenAIModel:
     """Any OpenAI-compatible chat endpoint (OpenAI, Ollama, vLLM, llama.cpp server, LM Studio, gateways).
 
@@ -262,22 +192,33 @@ class OpenAIModel:
         self.on_retry = on_retry  # told about each wait, so a 10 s Retry-After does not look like a hang
         self._refused: dict[str, set[str]] = {}  # model → request parameters the endpoint rejected for it
         self._told: set[str] = set()  # what was said once already (a server that streams without usage)
-        # one attempt per call: we retry ourselves (retry.py says why), so every attempt is bounded and visible
+        # one attempt per call: the SDK's retries are off, we retry ourselves (retry.py says why), so every attempt
+        # is bounded and visible
         self.client = EndpointClient(endpoint)
 
     def check_reachable(self, timeout_s: float = 5.0) -> None:
-        """Fail fast, with one clear line, when nothing listens at the endpoint (no request is sent)."""
+        """Fail fast, with one clear line, when nothing listens at the endpoint (no request is sent). Behind a
+        proxy (HTTPS_PROXY, HTTP_PROXY, ALL_PROXY; NO_PROXY honoured) the proxy is what must be reachable."""
         import socket
         from urllib.parse import urlsplit
+        from urllib.request import getproxies, proxy_bypass
 
-        url = urlsplit(self.endpoint.base_url or "https://api.openai.com/v1")
-        port = url.port or (443 if url.scheme == "https" else 80)
+        url = urlsplit(self.client.base_url)
+        proxies = getproxies()
+        proxy = proxies.get(url.scheme) or proxies.get("all")
+        if proxy and not proxy_bypass(url.hostname or ""):
+            through = urlsplit(proxy if "://" in proxy else "http://" + proxy)
+            host, port = through.hostname or "", through.port or (443 if through.scheme == "https" else 80)
+            what = f"the proxy {through.scheme}://{host}:{port} for the model endpoint {url.geturl()}"
+        else:
+            host, port = url.hostname or "", url.port or (443 if url.scheme == "https" else 80)
+            what = f"the model endpoint {url.geturl()}"
         try:
-            socket.create_connection((url.hostname or "", port), timeout=timeout_s).close()
+            socket.create_connection((host, port), timeout=timeout_s).close()
         except OSError as exc:
             reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
-            raise ConfigError(f"cannot reach the model endpoint {url.geturl()} ({reason}): set OPENAI_BASE_URL to a "
-                              f"running OpenAI-compatible server, or check the network") from None
+            raise ConfigError(f"cannot reach {what} ({reason}): set OPENAI_BASE_URL to a running "
+                              f"OpenAI-compatible server, or check the network") from None
 
     def complete(self, messages: list[Message], *, model: str, role: str = "agent", max_tokens: int | None = None,
                  stop: list[str] | None = None, tools: list[dict] | None = None,
@@ -357,7 +298,8 @@ class OpenAIModel:
 
     def _complete(self, messages: list[Message], model: str, options: dict, cap: int,
                   on_piece: Callable[[str], None] | None) -> Completion:
-        import httpx
+        import httpx2
+        import openai
 
         where = self.endpoint.base_url or "the OpenAI API"
         deadline_s = self.deadline(cap)
@@ -368,36 +310,41 @@ class OpenAIModel:
             started = time.monotonic()
             try:
                 # between bytes, not in all: the wait for the answer's headers (llama.cpp sends them with the
-                # first token) is bounded by the silence allowed; while reading, read_reply keeps the deadline
-                timeout = httpx.Timeout(min(self.request_timeout_s, deadline_s),
-                                        connect=min(10.0, self.request_timeout_s))
-                with self.client.stream("/chat/completions", {"model": model, "messages": messages, **options},
-                                        timeout) as response:
-                    reply = read_reply(response, started, silence_s=self.request_timeout_s,
-                                       deadline_s=deadline_s, cap=cap, on_piece=on_piece)
+                # first token) is bounded by the silence allowed; while reading, the Guard keeps the deadline
+                timeout = httpx2.Timeout(min(self.request_timeout_s, deadline_s),
+                                         connect=min(10.0, self.request_timeout_s))
+                limits = Limits(started, self.request_timeout_s, deadline_s,
+                                cap * BYTES_PER_TOKEN_BOUND + 1_000_000)
+                reply = self.client.chat({"model": model, "messages": messages, **options}, limits, timeout, cap,
+                                         on_piece)
                 return self._completion(reply, messages, model, options, cap, started)
-            except StatusError as exc:
-                if exc.status_code == 401:
+            except openai.APIStatusError as exc:
+                status = exc.status_code
+                if status == 401:
                     raise ModelRejected(f"the endpoint {where} rejected the API key: set a valid OPENAI_API_KEY"
                                         ) from None
-                if exc.status_code == 404:
+                if status == 404:
                     raise ModelRejected(f"the endpoint {where} does not know model {model!r} (or the URL is wrong): "
                                         f"check --model / MINIAGI_MODEL and OPENAI_BASE_URL ({_error_text(exc)})"
                                         f"{_missing_v1(self.endpoint.base_url)}") from None
-                if exc.status_code == 403:
+                if status == 403:
                     raise ModelRejected(f"the endpoint {where} refused access to {model!r}: {_error_text(exc)}"
                                         ) from None
-                failure = (exc.status_code, _error_text(exc))
-                if exc.status_code not in (408, 409, 429) and exc.status_code < 500:
-                    raise ModelError(f"the endpoint answered {exc.status_code}: {failure[1]}") from None
-                if exc.status_code != 429 and failure == last_failure and names_the_request(failure[1], options):
+                if 300 <= status < 400:  # not followed: the key would go wherever the answer points
+                    location = exc.response.headers.get("location", "?")
+                    raise ModelRejected(f"the endpoint {where} redirects to {location} (HTTP {status}), which is "
+                                        f"not followed: set OPENAI_BASE_URL to the address meant") from None
+                failure = (status, _error_text(exc))
+                if status not in (408, 409, 429) and status < 500:
+                    raise ModelError(f"the endpoint answered {status}: {failure[1]}") from None
+                if status != 429 and failure == last_failure and names_the_request(failure[1], options):
                     # the chat template's "Conversation roles must alternate", a field it does not know: the
                     # request is at fault, and sending it a third time will not change the answer
-                    raise ModelError(f"the endpoint answered {exc.status_code} twice with the same error: "
+                    raise ModelError(f"the endpoint answered {status} twice with the same error: "
                                      f"{failure[1]}") from None
                 last_failure = failure
                 problem, error = _describe(exc, where), exc
-            except (httpx.TimeoutException, Silent) as exc:  # a silent server costs request_timeout_s a try
+            except (openai.APITimeoutError, Silent) as exc:  # a silent server costs request_timeout_s a try
                 if time.monotonic() - started >= deadline_s:
                     problem = _past_deadline(where, deadline_s)
                     break
@@ -408,7 +355,7 @@ class OpenAIModel:
             except PastDeadline:  # a trickle would trickle again: not retried
                 problem = _past_deadline(where, deadline_s)
                 break
-            except httpx.TransportError as exc:  # nothing listens, the connection broke before an answer
+            except openai.APIConnectionError as exc:  # nothing listens, the connection broke before an answer
                 if _tls_mismatch(exc):  # https:// to a server that speaks plain http: retrying cannot help
                     raise ModelRejected(f"the endpoint {where} does not speak TLS (https): a local server usually "
                                         f"wants http:// — set OPENAI_BASE_URL={_as_http(where)}") from None
@@ -427,7 +374,7 @@ class OpenAIModel:
                 time.sleep(delay)
         raise ModelUnavailable(f"{problem} (gave up after {attempts} attempt{'s' if attempts > 1 else ''})")
 
-    def _completion(self, reply: "Reply", messages: list[Message], model: str, options: dict, cap: int,
+    def _completion(self, reply: Reply, messages: list[Message], model: str, options: dict, cap: int,
                     started: float) -> Completion:
         ended = time.monotonic()
         where = self.endpoint.base_url or "the OpenAI API"
@@ -436,10 +383,9 @@ class OpenAIModel:
         if reply.past_cap:
             self._tell(f"the model endpoint {where} sent more than the {cap}-token cap (max_tokens): stopped "
                        f"reading, and took the reply as cut off")
-        calls = tuple(ToolCall(call["id"] or f"call_{i}", call["name"],
-                               "".join(call["arguments"])[:cap * CHARS_PER_TOKEN_BOUND])
-                      for i, call in enumerate(reply.calls[index] for index in sorted(reply.calls)))
-        text = "".join(reply.text)[:cap * CHARS_PER_TOKEN_BOUND]
+        calls = tuple(ToolCall(call_id, name, arguments[:cap * CHARS_PER_TOKEN_BOUND])
+                      for call_id, name, arguments in reply.calls)
+        text = reply.text[:cap * CHARS_PER_TOKEN_BOUND]
         prompt_tokens, completion_tokens = self._usage(reply, messages, model, options, cap,
                                                        text + "".join(call.arguments for call in calls))
         cached = min(cached_prompt_tokens(reply.usage, reply.timings), prompt_tokens)
@@ -477,209 +423,8 @@ class OpenAIModel:
         return count_prompt_tokens(messages, model), completion if reply.past_cap else min(completion, cap)
 
     def _delay(self, attempt: int, exc: Exception) -> float:
-        return self.backoff.delay(attempt, retry_after(getattr(exc, "headers", None)))
-
-
-# --- reading a reply ------------------------------------------------------------------------------------------------
-SLOW_FLOOR_TOKENS_PER_S = 2.0  # the default deadline lets a reply arrive this slowly (a large model on a CPU)
-UNCAPPED_REPLY_TOKENS = 16_384  # a request without max_tokens is bounded as if it had this cap
-PAST_CAP_SLACK = 16  # chunks past max_tokens before a reply is taken to ignore its cap
-CHARS_PER_TOKEN_BOUND = 32  # a reply's text longer than its cap × this is past any tokenizer's cap
-BYTES_PER_TOKEN_BOUND = 1024  # a streamed chunk wraps each token in ~200 bytes of JSON
-
-
-def request_deadline(request_timeout_s: float, cap: int) -> float:
-    """The default total time of one request: the first-chunk allowance (--request-timeout), then the reply's cap
-    at a slow floor rate (2000 tokens: 120 + 1000 s)."""
-    return request_timeout_s + cap / SLOW_FLOOR_TOKENS_PER_S
-
-
-class Silent(Exception):
-    """Nothing arrived, or nothing complete, for --request-timeout."""
-
-
-class PastDeadline(Exception):
-    """The request took longer than its deadline."""
-
-
-class Dropped(Exception):
-    """The connection broke mid-reply."""
-
-
-class FailedMidReply(Exception):
-    """The stream carried an error instead of the rest of the reply."""
-
-
-class BrokenStream(Exception):
-    """The stream ended without saying the reply was complete: the endpoint is asked without streaming."""
-
-
-@dataclass
-class Reply:
-    """What arrived of one reply, streamed or not, gathered into what a non-streamed reply would say."""
-
-    streamed: bool
-    text: list[str] = field(default_factory=list)
-    length: int = 0  # characters of text and tool-call arguments so far
-    calls: dict[int, dict] = field(default_factory=dict)  # index → {"id", "name", "arguments": [pieces]}
-    finish_reason: str | None = None
-    usage: dict | None = None
-    timings: dict | None = None  # llama.cpp's
-    model: str | None = None
-    pieces: int = 0  # chunks that carried some of the reply
-    first_at: float | None = None
-    done: bool = False  # [DONE] came
-    past_cap: bool = False  # reading stopped: the reply ran past its cap
-
-    def take(self, chunk: dict, now: float, on_piece: Callable[[str], None] | None) -> None:
-        """One chunk of a stream (`delta`s), or a whole non-streamed body (`message`)."""
-        self.model = self.model or _text_or_none(chunk.get("model"))
-        if isinstance(chunk.get("usage"), dict):
-            self.usage = chunk["usage"]
-        if isinstance(chunk.get("timings"), dict):
-            self.timings = chunk["timings"]
-        choices = chunk.get("choices")
-        for choice in choices if isinstance(choices, list) else ():
-            if not isinstance(choice, dict) or choice.get("index", 0) not in (0, None):
-                continue
-            delta = choice.get("delta") if self.streamed else choice.get("message")
-            delta = delta if isinstance(delta, dict) else {}
-            pieces = [_content(delta.get("content"))]
-            self.text.append(pieces[0])
-            thinking = _text_or_none(delta.get("reasoning_content") or delta.get("reasoning")) or ""
-            calls = delta.get("tool_calls")
-            for position, call in enumerate(calls if isinstance(calls, list) else ()):
-                if isinstance(call, dict):
-                    pieces.append(self._call(call, position))
-            if any(pieces) or thinking:
-                self.pieces += 1
-                self.first_at = self.first_at or now
-                self.length += sum(map(len, pieces))
-                if on_piece is not None:
-                    on_piece("".join(pieces))
-            if choice.get("finish_reason"):
-                self.finish_reason = str(choice["finish_reason"])
-
-    def _call(self, call: dict, position: int) -> str:
-        """A tool call's piece, put together as the OpenAI SDK does: by index, the arguments concatenated; the id
-        and the name kept once (some servers repeat them in every piece)."""
-        index = call.get("index", position)
-        gathered = self.calls.setdefault(index if isinstance(index, int) else position,
-                                         {"id": "", "name": "", "arguments": []})
-        function = call.get("function") if isinstance(call.get("function"), dict) else {}
-        gathered["id"] = gathered["id"] or _text_or_none(call.get("id")) or ""
-        name = _text_or_none(function.get("name")) or ""
-        if name and name != gathered["name"]:
-            gathered["name"] += name
-        arguments = function.get("arguments")
-        if arguments is not None and not isinstance(arguments, str):  # some servers send the object itself
-            arguments = json.dumps(arguments, ensure_ascii=False)
-        if arguments:
-            gathered["arguments"].append(arguments)
-        return arguments or ""
-
-    def over(self, cap: int) -> bool:
-        return self.pieces > cap + PAST_CAP_SLACK or self.length > cap * CHARS_PER_TOKEN_BOUND
-
-
-def read_reply(http, started: float, *, silence_s: float, deadline_s: float, cap: int,
-               on_piece: Callable[[str], None] | None = None) -> Reply:
-    """Read an answer as it arrives: server-sent events (a stream), or one JSON body (a server that does not
-    stream). Raises Silent when no complete chunk came for `silence_s`, PastDeadline past `deadline_s` from
-    `started`, Dropped when the connection breaks; stops at the end, or once the reply runs past `cap`."""
-    import httpx
-
-    streamed = "text/event-stream" in http.headers.get("content-type", "")
-    reply, bound = Reply(streamed), cap * BYTES_PER_TOKEN_BOUND + 1_000_000
-    buffer, event, size, last_event = bytearray(), [], 0, started
-    try:
-        for data in http.iter_bytes():
-            now = time.monotonic()
-            if not size and data.lstrip().startswith(b"data:"):  # events, though not said in the content type
-                reply.streamed = streamed = True
-            size += len(data)
-            buffer += data
-            if not streamed:
-                if size > bound:
-                    raise BadResponse(f"the model endpoint's answer is larger than {bound // 1_000_000} MB for a "
-                                      f"{cap}-token reply: not read")
-                if now - started > deadline_s:
-                    raise PastDeadline()
-                continue
-            lines = buffer.split(b"\n")
-            buffer = bytearray(lines.pop())
-            for line in lines:
-                line = line.rstrip(b"\r")
-                if line.startswith(b"data:"):
-                    event.append(line[5:].removeprefix(b" "))
-                elif not line and event:  # an event is complete
-                    last_event = now
-                    _dispatch(reply, b"\n".join(event), now, on_piece)
-                    event = []
-                elif line.startswith(b":"):  # a comment: a proxy's keep-alive
-                    last_event = now
-            if reply.done:  # the body's end follows (read, so that the connection is kept for the next request)
-                continue
-            if reply.over(cap) or size > bound:
-                reply.past_cap = True
-                return reply
-            if now - started > deadline_s:
-                raise PastDeadline()
-            if now - last_event > silence_s:  # bytes, but no chunk: a trickle
-                raise Silent()
-    except httpx.TimeoutException:
-        if not reply.done:  # after [DONE], a server that holds the connection open has still answered
-            raise Silent() from None
-    except httpx.TransportError as exc:
-        if not reply.done:
-            raise Dropped(str(exc) or type(exc).__name__) from None
-    if not streamed:
-        body = _json_body(bytes(buffer))
-        if not isinstance(body.get("choices"), list):
-            raise BadResponse(f"the model endpoint answered 200 with a body that is not a chat completion "
-                              f"({bytes(buffer[:80])!r})")
-        reply.take(body, time.monotonic(), on_piece)
-        reply.past_cap = reply.over(cap)
-    elif event:  # the last event, when the stream ends without its blank line
-        _dispatch(reply, b"\n".join(event), time.monotonic(), on_piece)
-    return reply
-
-
-def _dispatch(reply: Reply, data: bytes, now: float, on_piece) -> None:
-    if data.strip() == b"[DONE]":
-        reply.done = True
-        return
-    chunk = _json_body(data)
-    if "error" in chunk and not chunk.get("choices"):
-        error = chunk["error"]
-        raise FailedMidReply(str(error.get("message") if isinstance(error, dict) else error)[:300])
-    reply.take(chunk, now, on_piece)
-
-
-def _json_body(data: bytes) -> dict:
-    try:
-        value = json.loads(data.decode("utf-8"))
-    except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, nested past what a parser follows
-        raise BadResponse(f"the model endpoint answered with a body that is not valid JSON "
-                          f"({type(exc).__name__}: {str(exc)[:80]})") from None
-    if not isinstance(value, dict):
-        raise BadResponse(f"the model endpoint answered 200 with a body that is not a chat completion "
-                          f"({data[:80]!r})")
-    return value
-
-
-def _content(value) -> str:
-    """A message's text: a string, or the text parts of a list of parts."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list):
-        return "".join(part.get("text") or "" for part in value if isinstance(part, dict)
-                       and isinstance(part.get("text"), str))
-    return ""
-
-
-def _text_or_none(value) -> str | None:
-    return value if isinstance(value, str) else None
+        response = getattr(exc, "response", None)
+        return self.backoff.delay(attempt, retry_after(getattr(response, "headers", None)))
 
 
 def _whole(value) -> bool:
@@ -735,7 +480,7 @@ def _error_text(exc: Exception) -> str:
         return json.dumps(body)[:300]
     if isinstance(body, str) and body:
         return " ".join(body.split())[:300]
-    if isinstance(exc, StatusError):
+    if getattr(exc, "status_code", None) is not None:
         return f"HTTP {exc.status_code}"
     return str(exc)
 
@@ -771,11 +516,11 @@ def _missing_v1(base_url: str | None) -> str:
 
 
 def _describe(exc: Exception, where: str) -> str:
-    import httpx
+    import openai
 
-    if isinstance(exc, httpx.TimeoutException):
+    if isinstance(exc, openai.APITimeoutError):
         return f"the model endpoint {where} timed out"
-    if isinstance(exc, httpx.TransportError):
+    if isinstance(exc, openai.APIConnectionError):
         return f"cannot reach the model endpoint {where}: check OPENAI_BASE_URL and that the server is running"
     status = getattr(exc, "status_code", "?")
     return f"the model endpoint {where} kept failing (HTTP {status}: {_error_text(exc)})"
