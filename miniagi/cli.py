@@ -212,6 +212,9 @@ def _starting():
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from .endpoint import preload
+
+    preload()  # the openai SDK is imported in a thread while the settings, .env and run directory are prepared
     settings = resolve_settings(_flags(args))
     objective = " ".join(args.objective)
     if objective == "-":  # from stdin: any size, any text (this is how batch hands objectives over)
@@ -273,6 +276,9 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
+    from .endpoint import preload
+
+    preload()
     from .agent import Agent, recorded_settings
     from .trust import narrowed
 

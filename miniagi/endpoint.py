@@ -169,6 +169,16 @@ class EndpointClient:
         self._sdk = None
         self._making = threading.Lock()
 
+    def warm(self) -> None:
+        """Make the SDK's client in a thread, so that the first request finds it made."""
+        threading.Thread(target=self._warm, name="miniagi-openai-client", daemon=True).start()
+
+    def _warm(self) -> None:
+        try:
+            self.sdk  # noqa: B018 (made, for the first request)
+        except Exception:  # said by the first request, which makes it again
+            pass
+
     @property
     def sdk(self):
         """The `openai` client, made on first use (importing the SDK is the slow part of starting)."""

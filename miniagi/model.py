@@ -195,6 +195,7 @@ class OpenAIModel:
         # one attempt per call: the SDK's retries are off, we retry ourselves (retry.py says why), so every attempt
         # is bounded and visible
         self.client = EndpointClient(endpoint)
+        self.client.warm()
 
     def check_reachable(self, timeout_s: float = 5.0) -> None:
         """Fail fast, with one clear line, when nothing listens at the endpoint (no request is sent). Behind a
