@@ -277,6 +277,7 @@ def _read_stream(stream, limits: Limits, cap: int, on_piece) -> Reply:
 
     reply, state = Reply(streamed=True), ChatCompletionStreamState()
     pieces = length = chunks = 0
+    seen: dict[int, list] = {}  # a tool call's index → [its id, its name] as first sent
     try:
         for chunk in stream:
             now = time.monotonic()
@@ -286,12 +287,13 @@ def _read_stream(stream, limits: Limits, cap: int, on_piece) -> Reply:
             if not isinstance(chunk.choices, list):
                 chunk.choices = []
             chunk.choices = [c for c in chunk.choices if getattr(c, "index", 0) in (0, None)]
-            for choice in chunk.choices:
-                choice.index = 0
             try:
+                for choice in chunk.choices:
+                    choice.index = 0
+                    _as_openai_sends(choice.delta, seen)
                 state.handle_chunk(chunk)
                 chunks += 1
-            except (TypeError, AttributeError, KeyError, IndexError, ValueError, AssertionError) as exc:
+            except (TypeError, AttributeError, KeyError, IndexError, ValueError, AssertionError, RuntimeError) as exc:
                 raise BadResponse(f"the model endpoint sent a chunk that is not a chat completion chunk "
                                   f"({type(exc).__name__}: {str(exc)[:80]})") from None
             said = "".join(_piece(choice.delta) for choice in chunk.choices)
@@ -362,6 +364,32 @@ def _take(reply: Reply, completion) -> None:
         call_id = getattr(call, "id", None)
         reply.calls.append((call_id if isinstance(call_id, str) and call_id else f"call_{position}",
                             name if isinstance(name, str) else "", arguments or ""))
+
+
+def _as_openai_sends(delta, seen: dict[int, list]) -> None:
+    """A chunk's tool-call pieces as OpenAI sends them, for the SDK to put together: each with its index (its
+    position when a server leaves it out), the id and the name once (some servers repeat them in every piece), the
+    arguments as text (some send the object itself)."""
+    calls = getattr(delta, "tool_calls", None)
+    if not isinstance(calls, list):
+        if calls is not None:
+            delta.tool_calls = None
+        return
+    for position, call in enumerate(calls):
+        if not isinstance(call.index, int):
+            call.index = position
+        function = call.function
+        if function is None:
+            continue
+        if function.arguments is not None and not isinstance(function.arguments, str):
+            function.arguments = json.dumps(function.arguments, ensure_ascii=False)
+        first = seen.setdefault(call.index, [None, None])
+        if first[0] and call.id:
+            call.id = None
+        first[0] = first[0] or call.id
+        if first[1] and function.name == first[1]:
+            function.name = None
+        first[1] = first[1] or function.name
 
 
 def _piece(delta) -> str:
