@@ -1,429 +1,382 @@
-"""The endpoint adapter: the `openai` SDK's client (`openai.OpenAI`, or `openai.AzureOpenAI` when Azure is
-configured) with the bounds a hostile or broken endpoint needs.
+"""The endpoint adapter: `OpenAIModel`, any OpenAI-compatible chat endpoint behind the model interface.
 
-The SDK builds and sends each request, names the HTTP status errors, parses the server-sent events and puts a
-streamed reply's pieces (its text, its tool calls) together. What is added here: its HTTP client (the SDK's own
-httpx2) follows no redirect, so no key is sent on to another host; every answer's body passes through `Guard`, which
-bounds its size, the request's total time, and the silence between two complete events (a trickle of bytes is not a
-reply); an error answer is read only as far as its message. The SDK's own retries are off (`max_retries=0`): one
-retry policy, miniagi's (retry.py), wraps each attempt.
-
-Importing the SDK takes ~0.4 s: `preload()` starts that import in a thread at the CLI's start, while the settings,
-the .env and the run's directory are being prepared.
+The request goes out through the `openai` SDK (sdk_client.py: the SDK's client with miniagi's bounds); here are
+what is asked (the options an endpoint takes, learnt from what it refuses), the one retry policy (retry.py: rate
+limits, 5xx, dropped connections, bounded backoff, each wait told), one readable line for every error, and the reply
+made a Completion (its tokens as reported when plausible, else counted here).
 """
 
 from __future__ import annotations
 
 import json
-import threading
+import re
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
-from .config import Endpoint
+from .config import ConfigError, Endpoint
+from .model import Completion, Message, ModelError, ModelRejected, ModelUnavailable, ToolCall
+from .prices import PriceTable, count_prompt_tokens
+from .retry import Backoff, retry_after
+from .sdk_client import (BYTES_PER_TOKEN_BOUND, CHARS_PER_TOKEN_BOUND, PAST_CAP_SLACK, UNCAPPED_REPLY_TOKENS,
+                         BadResponse, BrokenStream, Dropped, EndpointClient, FailedMidReply, Limits, PastDeadline,
+                         Reply, Silent, preload, request_deadline)
 
-ERROR_BODY_BYTES = 65_536  # what is read of an error answer: its message, not a proxy's whole error page
-OTHER_BODY_BYTES = 64_000_000  # an answer read with no call limits set (embeddings)
-SLOW_FLOOR_TOKENS_PER_S = 2.0  # the default deadline lets a reply arrive this slowly (a large model on a CPU)
-UNCAPPED_REPLY_TOKENS = 16_384  # a request without max_tokens is bounded as if it had this cap
-PAST_CAP_SLACK = 16  # chunks past max_tokens before a reply is taken to ignore its cap
-CHARS_PER_TOKEN_BOUND = 32  # a reply's text longer than its cap × this is past any tokenizer's cap
-BYTES_PER_TOKEN_BOUND = 1024  # a streamed chunk wraps each token in ~200 bytes of JSON
-
-_preloading: threading.Thread | None = None
+__all__ = ["OpenAIModel", "EndpointClient", "preload", "cached_prompt_tokens", "format_name", "request_deadline"]
 
 
-def preload() -> None:
-    """Start importing the SDK in a thread (once); the first request waits for it only if it has not finished."""
-    global _preloading
-    if _preloading is None:
-        _preloading = threading.Thread(target=_import_sdk, name="miniagi-import-openai", daemon=True)
-        _preloading.start()
+class OpenAIModel:
+    """Any OpenAI-compatible chat endpoint (OpenAI, Ollama, vLLM, llama.cpp server, LM Studio, gateways).
 
+    Every request is streamed, so that `request_timeout_s` can mean the longest silence between two chunks (before
+    the first one it also covers reading the prompt): a slow model that keeps sending is never cut, a silent one is
+    caught. A deadline bounds the whole request (an endpoint trickling a byte at a time still ends), and reading
+    stops once a reply runs past its cap. Leaving a stream early closes the connection, which makes llama.cpp's
+    server and vLLM stop generating."""
 
-def _import_sdk() -> None:
-    try:
-        import openai  # noqa: F401
-        import openai.lib.streaming.chat  # noqa: F401
-        import openai.types.chat  # noqa: F401
-    except Exception:  # said by the import on the critical path, if it fails there too
-        pass
-
-
-def request_deadline(request_timeout_s: float, cap: int) -> float:
-    """The default total time of one request: the first-chunk allowance (--request-timeout), then the reply's cap
-    at a slow floor rate (2000 tokens: 120 + 1000 s)."""
-    return request_timeout_s + cap / SLOW_FLOOR_TOKENS_PER_S
-
-
-class Silent(Exception):
-    """Nothing arrived, or nothing complete, for --request-timeout."""
-
-
-class PastDeadline(Exception):
-    """The request took longer than its deadline."""
-
-
-class Dropped(Exception):
-    """The connection broke mid-reply."""
-
-
-class FailedMidReply(Exception):
-    """The stream carried an error instead of the rest of the reply."""
-
-
-class BrokenStream(Exception):
-    """The stream ended without saying the reply was complete: the endpoint is asked without streaming."""
-
-
-class BadResponse(Exception):
-    """A 200 answer that is not a chat completion (an HTML error page from a proxy, a truncated body)."""
-
-
-@dataclass
-class Limits:
-    """One request's bounds, read by the Guard of its answer."""
-
-    started: float
-    silence_s: float
-    deadline_s: float
-    bound: int  # bytes
-    done: bool = False  # the stream's [DONE] went by
-
-
-def _sync(stream):
-    """`stream` as the httpx2 byte stream a response's body must be."""
-    import httpx2
-
-    class Bounded(httpx2.SyncByteStream):
-        def __iter__(self):
-            return iter(stream)
-
-        def close(self) -> None:
-            stream.close()
-
-    return Bounded()
-
-
-class Guard:
-    """An answer's body as httpx2 reads it, bounded: its size, the request's deadline and, for a stream, the time
-    between two complete events (a blank line: an event or a proxy's keep-alive comment)."""
-
-    def __init__(self, inner, limits: Limits, streamed: bool):
-        self.inner, self.limits, self.streamed = inner, limits, streamed
-        self.size, self.last_event, self.tail = 0, limits.started, b""
-
-    def __iter__(self):
-        limits = self.limits
-        for data in self.inner:
-            now = time.monotonic()
-            self.size += len(data)
-            if self.size > limits.bound:
-                raise BadResponse(f"the model endpoint's answer is larger than {limits.bound // 1_000_000} MB: "
-                                  f"not read")
-            if now - limits.started > limits.deadline_s and not limits.done:
-                raise PastDeadline()
-            seen = self.tail + data
-            if b"\n\n" in seen or b"\r\n\r\n" in seen:
-                self.last_event = now
-            if b"[DONE]" in seen:
-                limits.done = True
-            self.tail = seen[-8:]
-            if self.streamed and now - self.last_event > limits.silence_s and not limits.done:
-                raise Silent()  # bytes, but no event: a trickle
-            yield data
-
-    def close(self) -> None:
-        self.inner.close()
-
-
-class Capped:
-    """An error answer's body: its first ERROR_BODY_BYTES, the rest left unread."""
-
-    def __init__(self, inner):
-        self.inner = inner
-
-    def __iter__(self):
-        size = 0
-        try:
-            for data in self.inner:
-                yield data[:ERROR_BODY_BYTES - size]
-                size += len(data)
-                if size >= ERROR_BODY_BYTES:
-                    return
-        except Exception:  # the error's text is a courtesy: a connection that breaks while sending it loses only that
-            return
-
-    def close(self) -> None:
-        self.inner.close()
-
-
-class EndpointClient:
-    """The SDK's client for one endpoint, its connections kept from one request to the next. Proxies come from the
-    environment (HTTPS_PROXY, NO_PROXY, as curl reads them); redirects are not followed."""
-
-    def __init__(self, endpoint: Endpoint):
+    def __init__(self, endpoint: Endpoint, prices: PriceTable | None = None, *, backoff: Backoff = Backoff(),
+                 request_timeout_s: float = 120.0, request_deadline_s: float | None = None, timeout_retries: int = 1,
+                 on_retry: Callable[[str], None] | None = None):
+        endpoint.check()
         self.endpoint = endpoint
-        self.base_url = (endpoint.base_url or "https://api.openai.com/v1").rstrip("/")
-        self._calls = threading.local()  # the current request's Limits, per thread (a summary has its own)
-        self._sdk = None
-        self._making = threading.Lock()
+        self.prices = prices or PriceTable()
+        self.backoff = backoff
+        self.retries = backoff.attempts - 1
+        self.timeout_retries = timeout_retries  # a silent endpoint costs request_timeout_s per try: few tries
+        self.request_timeout_s = request_timeout_s
+        self.request_deadline_s = request_deadline_s  # None: scaled with each request's cap (request_deadline)
+        self.on_retry = on_retry  # told about each wait, so a 10 s Retry-After does not look like a hang
+        self._refused: dict[str, set[str]] = {}  # model → request parameters the endpoint rejected for it
+        self._told: set[str] = set()  # what was said once already (a server that streams without usage)
+        # one attempt per call: the SDK's retries are off, we retry ourselves (retry.py says why), so every attempt
+        # is bounded and visible
+        self.client = EndpointClient(endpoint)
+        self.client.warm()
 
-    def warm(self) -> None:
-        """Make the SDK's client in a thread, so that the first request finds it made."""
-        threading.Thread(target=self._warm, name="miniagi-openai-client", daemon=True).start()
+    def check_reachable(self, timeout_s: float = 5.0) -> None:
+        """Fail fast, with one clear line, when nothing listens at the endpoint (no request is sent). Behind a
+        proxy (HTTPS_PROXY, HTTP_PROXY, ALL_PROXY; NO_PROXY honoured) the proxy is what must be reachable."""
+        import socket
+        from urllib.parse import urlsplit
+        from urllib.request import getproxies, proxy_bypass
 
-    def _warm(self) -> None:
+        url = urlsplit(self.client.base_url)
+        proxies = getproxies()
+        proxy = proxies.get(url.scheme) or proxies.get("all")
+        if proxy and not proxy_bypass(url.hostname or ""):
+            through = urlsplit(proxy if "://" in proxy else "http://" + proxy)
+            host, port = through.hostname or "", through.port or (443 if through.scheme == "https" else 80)
+            what = f"the proxy {through.scheme}://{host}:{port} for the model endpoint {url.geturl()}"
+        else:
+            host, port = url.hostname or "", url.port or (443 if url.scheme == "https" else 80)
+            what = f"the model endpoint {url.geturl()}"
         try:
-            self.sdk  # noqa: B018 (made, for the first request)
-        except Exception:  # said by the first request, which makes it again
-            pass
+            socket.create_connection((host, port), timeout=timeout_s).close()
+        except OSError as exc:
+            reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+            raise ConfigError(f"cannot reach {what} ({reason}): set OPENAI_BASE_URL to a running "
+                              f"OpenAI-compatible server, or check the network") from None
 
-    @property
-    def sdk(self):
-        """The `openai` client, made on first use (importing the SDK is the slow part of starting)."""
-        with self._making:
-            if self._sdk is None:
-                self._sdk = self._make()
-            return self._sdk
+    def complete(self, messages: list[Message], *, model: str, role: str = "agent", max_tokens: int | None = None,
+                 stop: list[str] | None = None, tools: list[dict] | None = None,
+                 response_format: list[dict] | None = None, temperature: float | None = None,
+                 on_piece: Callable[[str], None] | None = None) -> Completion:
+        while True:
+            options = self._options(model, max_tokens, stop, temperature)
+            refused = self._refused.get(model, set())
+            formats = [f for f in response_format or () if format_name(f) not in refused]
+            if formats:
+                options["response_format"] = formats[0]
+            if tools:
+                options["tools"] = tools
+            try:
+                return self._complete(messages, model, options, max_tokens or UNCAPPED_REPLY_TOKENS, on_piece)
+            except BrokenStream as broken:
+                self._refused.setdefault(model, set()).update(("stream", "stream_options"))
+                self._tell(f"{broken} for {model}: asking without streaming")
+            except ModelError as error:
+                self._refusal(model, options, formats, str(error))
 
-    def _make(self):
+    def _refusal(self, model: str, options: dict, formats: list[dict], error: str) -> None:
+        """Learn from a request the endpoint refused what to leave out next time; re-raise when nothing can be.
+        A response_format it refuses is replaced by the next one wanted (in the end by plain text); a parameter it
+        names (o-series models want max_completion_tokens and take no stop or temperature; some local servers
+        reject either, or `stream`) is left out."""
+        refused = self._refused.setdefault(model, set())
+        named = [name for name in options if name not in ("tools", "response_format")
+                 and re.search(rf"\b{name}\b", error)]
+        if named:
+            refused.update(named + (["stream_options"] if "stream" in named else []))
+            self._tell(f"the endpoint does not take {', '.join(named)} for {model}: asking without it")
+            return
+        if "response_format" in options:
+            refused.add(format_name(formats[0]))
+            following = format_name(formats[1]) if len(formats) > 1 else "plain text"
+            self._tell(f"the endpoint does not take response_format {format_name(formats[0])} for {model} "
+                       f"({error[:120]}): asking with {following}")
+            return
+        if "tools" in options and re.search(r"\btools?\b|tool_choice|function", error, re.I):
+            raise ModelRejected(f"the endpoint does not take tool calls for {model} ({error[:200]}): use "
+                                "--protocol json or --protocol tags") from None
+        raise ModelError(error) from None
+
+    def _tell(self, text: str) -> None:
+        if self.on_retry is not None:
+            self.on_retry(text)
+
+    def _tell_once(self, text: str) -> None:
+        if text not in self._told:
+            self._told.add(text)
+            self._tell(text)
+
+    def _options(self, model: str, max_tokens: int | None, stop: list[str] | None,
+                 temperature: float | None = None) -> dict:
+        refused = self._refused.get(model, set())
+        options: dict = {}
+        if "stream" not in refused:
+            options["stream"] = True
+            if "stream_options" not in refused:  # usage in the last chunk (OpenAI, vLLM, llama.cpp, Ollama)
+                options["stream_options"] = {"include_usage": True}
+        if max_tokens:
+            if "max_tokens" not in refused:
+                options["max_tokens"] = max_tokens
+            elif "max_completion_tokens" not in refused:
+                options["max_completion_tokens"] = max_tokens
+        if stop and "stop" not in refused:
+            options["stop"] = stop[:4]  # OpenAI takes at most four
+        if temperature is not None and "temperature" not in refused:
+            options["temperature"] = temperature
+        return options
+
+    def deadline(self, cap: int) -> float:
+        """The most one request may take: --request-deadline, or the first-chunk allowance plus the cap at a slow
+        floor rate."""
+        return self.request_deadline_s or request_deadline(self.request_timeout_s, cap)
+
+    def _complete(self, messages: list[Message], model: str, options: dict, cap: int,
+                  on_piece: Callable[[str], None] | None) -> Completion:
         import httpx2
         import openai
 
-        from . import __version__
-
-        http = httpx2.Client(follow_redirects=False, timeout=httpx2.Timeout(120.0, connect=10.0),
-                             event_hooks={"response": [self._guard]})
-        common = dict(max_retries=0, http_client=http, default_headers={"User-Agent": f"miniagi/{__version__}"})
-        if self.endpoint.azure_endpoint:
-            return openai.AzureOpenAI(azure_endpoint=self.endpoint.azure_endpoint,
-                                      api_version=self.endpoint.api_version, api_key=self.endpoint.api_key, **common)
-        # a local server needs no key; sending a placeholder keeps servers that want some Authorization content
-        return openai.OpenAI(api_key=self.endpoint.api_key or "not-needed", base_url=self.base_url, **common)
-
-    def _guard(self, response) -> None:
-        if response.status_code >= 300:
-            response.stream = _sync(Capped(response.stream))
-            return
-        limits = getattr(self._calls, "limits", None)
-        if limits is None:
-            limits = Limits(time.monotonic(), float("inf"), float("inf"), OTHER_BODY_BYTES)
-        streamed = "text/event-stream" in response.headers.get("content-type", "")
-        response.stream = _sync(Guard(response.stream, limits, streamed))
-
-    def post(self, path: str, body: dict, timeout=None) -> dict:
-        """POST `body` as JSON and return the JSON answer (a dict): for requests the SDK has no call for here."""
-        answer = self.sdk.post(path, body=body, cast_to=object, options={"timeout": timeout} if timeout else {})
-        if not isinstance(answer, dict):
-            raise BadResponse(f"the model endpoint answered with a body that is not a JSON object ({str(answer)[:80]})")
-        return answer
-
-    def chat(self, body: dict, limits: Limits, timeout, cap: int,
-             on_piece: Callable[[str], None] | None = None) -> "Reply":
-        """One chat completion request, its answer read as it arrives: a stream of events, or one JSON body (a
-        server that does not stream). Raises the SDK's errors (a status, a connection that fails, a timeout), and
-        Silent, PastDeadline, Dropped, FailedMidReply or BadResponse; stops once the reply runs past `cap`."""
-        import openai
-
-        sdk = self.sdk
-        self._calls.limits = limits
-        try:
-            raw = sdk.chat.completions.with_raw_response.create(**body, timeout=timeout)
-            http = raw.http_response
+        where = self.endpoint.base_url or "the OpenAI API"
+        deadline_s = self.deadline(cap)
+        silence = f"the model endpoint {where} sent nothing for {self.request_timeout_s:g} s (--request-timeout)"
+        problem, timeouts, attempts, last_failure = "", 0, 0, None
+        for attempt in range(self.retries + 1):
+            attempts += 1
+            started = time.monotonic()
             try:
-                streamed = bool(body.get("stream"))
-                if streamed and "text/event-stream" in http.headers.get("content-type", ""):
-                    return _read_stream(raw.parse(), limits, cap, on_piece)
-                data = http.read()
-                if streamed and data.lstrip().startswith(b"data:"):  # events, though not said in the content type
-                    return _read_stream(raw.parse(), limits, cap, on_piece)
-                return _read_body(data, cap, on_piece)
-            except (openai.APIConnectionError, openai.APITimeoutError) as exc:
-                if isinstance(exc, openai.APITimeoutError) and not limits.done:
-                    raise Silent() from None
-                if not limits.done:
-                    raise Dropped(str(exc.__cause__ or exc) or type(exc).__name__) from None
-                raise
-            finally:
-                http.close()
-        finally:
-            self._calls.limits = None
-
-
-@dataclass
-class Reply:
-    """What arrived of one reply, streamed or not, in the shape of a non-streamed one."""
-
-    streamed: bool
-    text: str = ""
-    calls: list[tuple[str, str, str]] = field(default_factory=list)  # (id, name, arguments)
-    finish_reason: str | None = None
-    usage: dict | None = None
-    timings: dict | None = None  # llama.cpp's
-    model: str | None = None
-    first_at: float | None = None
-    done: bool = False  # the stream said its end ([DONE])
-    past_cap: bool = False  # reading stopped: the reply ran past its cap
-
-    def over(self, pieces: int, length: int, cap: int) -> bool:
-        return pieces > cap + PAST_CAP_SLACK or length > cap * CHARS_PER_TOKEN_BOUND
-
-
-def _read_stream(stream, limits: Limits, cap: int, on_piece) -> Reply:
-    """The SDK's stream of chunks, put together by the SDK's own ChatCompletionStreamState."""
-    import openai
-    from openai.lib.streaming.chat import ChatCompletionStreamState
-
-    reply, state = Reply(streamed=True), ChatCompletionStreamState()
-    pieces = length = chunks = 0
-    seen: dict[int, list] = {}  # a tool call's index → [its id, its name] as first sent
-    try:
-        for chunk in stream:
-            now = time.monotonic()
-            extra = chunk.model_extra or {}
-            if isinstance(extra.get("timings"), dict):
-                reply.timings = extra["timings"]
-            if not isinstance(chunk.choices, list):
-                chunk.choices = []
-            chunk.choices = [c for c in chunk.choices if getattr(c, "index", 0) in (0, None)]
-            try:
-                for choice in chunk.choices:
-                    choice.index = 0
-                    _as_openai_sends(choice.delta, seen)
-                state.handle_chunk(chunk)
-                chunks += 1
-            except (TypeError, AttributeError, KeyError, IndexError, ValueError, AssertionError, RuntimeError) as exc:
-                raise BadResponse(f"the model endpoint sent a chunk that is not a chat completion chunk "
-                                  f"({type(exc).__name__}: {str(exc)[:80]})") from None
-            said = "".join(_piece(choice.delta) for choice in chunk.choices)
-            thinking = any(_thinking(choice.delta) for choice in chunk.choices)
-            if said or thinking:
-                pieces += 1
-                reply.first_at = reply.first_at or now
-                length += len(said)
-                if on_piece is not None:
-                    on_piece(said)
-            if reply.over(pieces, length, cap):
-                reply.past_cap = True
+                # between bytes, not in all: the wait for the answer's headers (llama.cpp sends them with the
+                # first token) is bounded by the silence allowed; while reading, the Guard keeps the deadline
+                timeout = httpx2.Timeout(min(self.request_timeout_s, deadline_s),
+                                         connect=min(10.0, self.request_timeout_s))
+                limits = Limits(started, self.request_timeout_s, deadline_s,
+                                cap * BYTES_PER_TOKEN_BOUND + 1_000_000)
+                reply = self.client.chat({"model": model, "messages": messages, **options}, limits, timeout, cap,
+                                         on_piece)
+                return self._completion(reply, messages, model, options, cap, started)
+            except openai.APIStatusError as exc:
+                status = exc.status_code
+                if status == 401:
+                    raise ModelRejected(f"the endpoint {where} rejected the API key: set a valid OPENAI_API_KEY"
+                                        ) from None
+                if status == 404:
+                    raise ModelRejected(f"the endpoint {where} does not know model {model!r} (or the URL is wrong): "
+                                        f"check --model / MINIAGI_MODEL and OPENAI_BASE_URL ({_error_text(exc)})"
+                                        f"{_missing_v1(self.endpoint.base_url)}") from None
+                if status == 403:
+                    raise ModelRejected(f"the endpoint {where} refused access to {model!r}: {_error_text(exc)}"
+                                        ) from None
+                if 300 <= status < 400:  # not followed: the key would go wherever the answer points
+                    location = exc.response.headers.get("location", "?")
+                    raise ModelRejected(f"the endpoint {where} redirects to {location} (HTTP {status}), which is "
+                                        f"not followed: set OPENAI_BASE_URL to the address meant") from None
+                failure = (status, _error_text(exc))
+                if status not in (408, 409, 429) and status < 500:
+                    raise ModelError(f"the endpoint answered {status}: {failure[1]}") from None
+                if status != 429 and failure == last_failure and names_the_request(failure[1], options):
+                    # the chat template's "Conversation roles must alternate", a field it does not know: the
+                    # request is at fault, and sending it a third time will not change the answer
+                    raise ModelError(f"the endpoint answered {status} twice with the same error: "
+                                     f"{failure[1]}") from None
+                last_failure = failure
+                problem, error = _describe(exc, where), exc
+            except (openai.APITimeoutError, Silent) as exc:  # a silent server costs request_timeout_s a try
+                if time.monotonic() - started >= deadline_s:
+                    problem = _past_deadline(where, deadline_s)
+                    break
+                problem, error = silence, exc
+                timeouts += 1
+                if timeouts > self.timeout_retries:
+                    break
+            except PastDeadline:  # a trickle would trickle again: not retried
+                problem = _past_deadline(where, deadline_s)
                 break
-    except openai.APIError as exc:  # an {"error": …} event in place of the rest of the reply
-        if isinstance(exc, (openai.APIConnectionError, openai.APITimeoutError)):
-            raise
-        raise FailedMidReply(" ".join(str(exc.message).split())[:300]) from None
-    except (ValueError, RecursionError) as exc:  # an event whose data is not JSON
-        raise BadResponse(f"the model endpoint sent an event that is not valid JSON "
-                          f"({type(exc).__name__}: {str(exc)[:80]})") from None
-    finally:
-        stream.close()
-    reply.done = limits.done
-    if not chunks:
-        return reply
-    _take(reply, state.current_completion_snapshot)
-    return reply
+            except openai.APIConnectionError as exc:  # nothing listens, the connection broke before an answer
+                if _tls_mismatch(exc):  # https:// to a server that speaks plain http: retrying cannot help
+                    raise ModelRejected(f"the endpoint {where} does not speak TLS (https): a local server usually "
+                                        f"wants http:// — set OPENAI_BASE_URL={_as_http(where)}") from None
+                problem, error = _describe(exc, where), exc
+            except Dropped as exc:
+                problem, error = f"the connection to the model endpoint {where} dropped mid-reply ({exc})", exc
+            except FailedMidReply as exc:
+                problem, error = f"the model endpoint {where} failed mid-reply: {exc}", exc
+            except BadResponse as exc:  # a 200 whose body is not a completion (not JSON, not UTF-8, too large)
+                problem, error = str(exc), exc
+            if attempt < self.retries:
+                delay = self._delay(attempt, error)
+                if self.on_retry is not None:
+                    self.on_retry(f"{problem}; retrying in {delay:.0f} s (attempt {attempt + 2} of "
+                                  f"{self.retries + 1})")
+                time.sleep(delay)
+        raise ModelUnavailable(f"{problem} (gave up after {attempts} attempt{'s' if attempts > 1 else ''})")
+
+    def _completion(self, reply: Reply, messages: list[Message], model: str, options: dict, cap: int,
+                    started: float) -> Completion:
+        ended = time.monotonic()
+        where = self.endpoint.base_url or "the OpenAI API"
+        if reply.streamed and not reply.done and reply.finish_reason is None and not reply.past_cap:
+            raise BrokenStream("the endpoint's stream ended before the reply did (no finish_reason, no [DONE])")
+        if reply.past_cap:
+            self._tell(f"the model endpoint {where} sent more than the {cap}-token cap (max_tokens): stopped "
+                       f"reading, and took the reply as cut off")
+        calls = tuple(ToolCall(call_id, name, arguments[:cap * CHARS_PER_TOKEN_BOUND])
+                      for call_id, name, arguments in reply.calls)
+        text = reply.text[:cap * CHARS_PER_TOKEN_BOUND]
+        prompt_tokens, completion_tokens = self._usage(reply, messages, model, options, cap,
+                                                       text + "".join(call.arguments for call in calls))
+        cached = min(cached_prompt_tokens(reply.usage, reply.timings), prompt_tokens)
+        streamed = reply.streamed and reply.first_at is not None
+        return Completion(text=text, model=reply.model or model, prompt_tokens=prompt_tokens,
+                          completion_tokens=completion_tokens,
+                          cost_usd=self.prices.cost(model, prompt_tokens, completion_tokens, cached),
+                          latency_s=ended - started,
+                          finish_reason="length" if reply.past_cap else reply.finish_reason or "stop",
+                          cached_tokens=cached, tool_calls=calls,
+                          first_token_s=reply.first_at - started if streamed else None,
+                          generation_s=ended - reply.first_at if streamed else None)
+
+    def _usage(self, reply: "Reply", messages: list[Message], model: str, options: dict, cap: int,
+               text: str) -> tuple[int, int]:
+        """The reply's (prompt, completion) tokens as the endpoint reports them, when they are plausible: some
+        servers report none when streaming, some report nonsense (negative, or more than was sent or allowed).
+        Otherwise counted here."""
+        usage = reply.usage or {}
+        prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+        # a token stands for a byte of the request or more (its JSON, tool schemas included), plus the template's
+        request_bytes = len(json.dumps([messages, options.get("tools")], ensure_ascii=False).encode())
+        plausible = (_whole(prompt) and 0 < prompt <= request_bytes + 1000
+                     and _whole(completion) and 0 <= completion <= cap + PAST_CAP_SLACK)
+        if plausible and not reply.past_cap:
+            return prompt, completion
+        if not reply.past_cap:
+            self._tell_once(f"the model endpoint reports no token usage for {model}: counting tokens here" if not usage
+                            else f"the model endpoint reported implausible token usage for {model} (prompt {prompt!r},"
+                                 f" completion {completion!r}): counting tokens here")
+        from memory.tokens import counter_for
+
+        # a reply that ended by itself kept to its cap, whatever a tokenizer of another model counts
+        completion = counter_for(model).count(text)
+        return count_prompt_tokens(messages, model), completion if reply.past_cap else min(completion, cap)
+
+    def _delay(self, attempt: int, exc: Exception) -> float:
+        response = getattr(exc, "response", None)
+        return self.backoff.delay(attempt, retry_after(getattr(response, "headers", None)))
 
 
-def _read_body(data: bytes, cap: int, on_piece) -> Reply:
-    """A whole (non-streamed) answer, read by the SDK's types."""
-    from openai.types.chat import ChatCompletion
-
-    body = _json_body(data)
-    if not isinstance(body.get("choices"), list):
-        raise BadResponse(f"the model endpoint answered 200 with a body that is not a chat completion "
-                          f"({data[:80]!r})")
-    body["choices"] = [c for c in body["choices"] if isinstance(c, dict) and c.get("index", 0) in (0, None)]
-    reply = Reply(streamed=False)
-    if isinstance(body.get("timings"), dict):
-        reply.timings = body["timings"]
-    _take(reply, ChatCompletion.construct(**body))
-    if on_piece is not None and (reply.text or reply.calls):
-        on_piece(reply.text + "".join(arguments for _, _, arguments in reply.calls))
-    reply.past_cap = reply.over(0, len(reply.text) + sum(len(c[2]) for c in reply.calls), cap)
-    return reply
+def _whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _take(reply: Reply, completion) -> None:
-    """The first choice of a completion (the SDK's type) as a Reply; odd shapes a server sends read as nothing."""
-    reply.model = completion.model if isinstance(completion.model, str) else None
-    usage = completion.usage
-    reply.usage = usage.to_dict() if hasattr(usage, "to_dict") else usage if isinstance(usage, dict) else None
-    choices = completion.choices if isinstance(completion.choices, list) else []
-    if not choices:
-        return
-    choice = choices[0]
-    reply.finish_reason = choice.finish_reason if isinstance(choice.finish_reason, str) else None
-    message = choice.message
-    reply.text = _content(getattr(message, "content", None))
-    calls = getattr(message, "tool_calls", None)
-    for position, call in enumerate(calls if isinstance(calls, list) else ()):
-        function = getattr(call, "function", None)
-        arguments = getattr(function, "arguments", None)
-        if arguments is not None and not isinstance(arguments, str):  # some servers send the object itself
-            arguments = json.dumps(arguments, ensure_ascii=False)
-        name = getattr(function, "name", None)
-        call_id = getattr(call, "id", None)
-        reply.calls.append((call_id if isinstance(call_id, str) and call_id else f"call_{position}",
-                            name if isinstance(name, str) else "", arguments or ""))
+def _past_deadline(where: str, deadline_s: float) -> str:
+    return (f"the model endpoint {where} did not finish its reply within {deadline_s:g} s (the request deadline, "
+            f"--request-deadline)")
 
 
-def _as_openai_sends(delta, seen: dict[int, list]) -> None:
-    """A chunk's tool-call pieces as OpenAI sends them, for the SDK to put together: each with its index (its
-    position when a server leaves it out), the id and the name once (some servers repeat them in every piece), the
-    arguments as text (some send the object itself)."""
-    calls = getattr(delta, "tool_calls", None)
-    if not isinstance(calls, list):
-        if calls is not None:
-            delta.tool_calls = None
-        return
-    for position, call in enumerate(calls):
-        if not isinstance(call.index, int):
-            call.index = position
-        function = call.function
-        if function is None:
-            continue
-        if function.arguments is not None and not isinstance(function.arguments, str):
-            function.arguments = json.dumps(function.arguments, ensure_ascii=False)
-        first = seen.setdefault(call.index, [None, None])
-        if first[0] and call.id:
-            call.id = None
-        first[0] = first[0] or call.id
-        if first[1] and function.name == first[1]:
-            function.name = None
-        first[1] = first[1] or function.name
+def names_the_request(error: str, options: dict) -> bool:
+    """A server error that names something of the request (the chat template's role rule, a field or parameter it
+    does not know) comes back the same however often the request is sent; a bare 500 may not."""
+    names = "|".join(re.escape(name) for name in [*options, "messages", "schema", "template"])
+    return bool(re.search(rf"roles? must alternate|\b(?:unknown|unsupported|unrecognized|invalid) "
+                          rf"(?:field|parameter|argument|key)|\b(?:{names})\b", error, re.I))
 
 
-def _piece(delta) -> str:
-    """What a chunk adds to the reply: its text and its tool calls' argument pieces."""
-    said = _content(getattr(delta, "content", None))
-    calls = getattr(delta, "tool_calls", None)
-    for call in calls if isinstance(calls, list) else ():
-        arguments = getattr(getattr(call, "function", None), "arguments", None)
-        said += arguments if isinstance(arguments, str) else json.dumps(arguments) if arguments else ""
-    return said
+def format_name(response_format: dict) -> str:
+    """json_schema, json_object+schema (llama.cpp's own way to constrain) or json_object."""
+    kind = str(response_format.get("type", "?"))
+    return kind + ("+schema" if "schema" in response_format else "")
 
 
-def _thinking(delta) -> bool:
-    extra = getattr(delta, "model_extra", None) or {}
-    return any(isinstance(extra.get(name), str) and extra[name] for name in ("reasoning_content", "reasoning"))
+def cached_prompt_tokens(usage: dict | None, timings: dict | None = None) -> int:
+    """Prompt tokens served from the endpoint's cache, as each kind of server reports them: OpenAI, vLLM and
+    llama.cpp (usage.prompt_tokens_details.cached_tokens), DeepSeek (usage.prompt_cache_hit_tokens),
+    Anthropic-style gateways (usage.cache_read_input_tokens), llama.cpp's own timings (timings.cache_n)."""
+    usage = usage if isinstance(usage, dict) else {}
+    details = usage.get("prompt_tokens_details")
+    candidates = [details.get("cached_tokens") if isinstance(details, dict) else None,
+                  usage.get("prompt_cache_hit_tokens"), usage.get("cache_read_input_tokens"),
+                  timings.get("cache_n") if isinstance(timings, dict) else None]
+    for value in candidates:
+        if _whole(value) and value > 0:
+            return value
+    return 0
 
 
-def _json_body(data: bytes) -> dict:
-    try:
-        value = json.loads(data.decode("utf-8"))
-    except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, nested past what a parser follows
-        raise BadResponse(f"the model endpoint answered with a body that is not valid JSON "
-                          f"({type(exc).__name__}: {str(exc)[:80]})") from None
-    if not isinstance(value, dict):
-        raise BadResponse(f"the model endpoint answered 200 with a body that is not a chat completion "
-                          f"({data[:80]!r})")
-    return value
+def _error_text(exc: Exception) -> str:
+    """What an error answer says: OpenAI's {"error": {"message"}}, Ollama's {"error": "..."}, a {"detail"} or
+    {"message"}, other JSON as it is, or the text of the answer (a proxy's error page)."""
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):  # on one line: llama.cpp's server puts a whole validation report in its message
+        for inner in (body.get("error"), body):
+            if isinstance(inner, dict):
+                said = inner.get("message") or inner.get("detail")
+                if isinstance(said, str) and said.strip():
+                    return " ".join(said.split())[:500]
+            elif isinstance(inner, str) and inner.strip():
+                return " ".join(inner.split())[:500]
+        return json.dumps(body)[:300]
+    if isinstance(body, str) and body:
+        return " ".join(body.split())[:300]
+    if getattr(exc, "status_code", None) is not None:
+        return f"HTTP {exc.status_code}"
+    return str(exc)
 
 
-def _content(value: Any) -> str:
-    """A message's text: a string, or the text parts of a list of parts."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list):
-        return "".join(part.get("text") or "" for part in value if isinstance(part, dict)
-                       and isinstance(part.get("text"), str))
-    return ""
+def _tls_mismatch(exc: BaseException) -> bool:
+    """Whether a connection failed in the TLS handshake because the server answered in plain text."""
+    import ssl
+
+    seen = 0
+    while exc is not None and seen < 10:
+        if isinstance(exc, ssl.SSLError) and any(word in str(exc) for word in ("WRONG_VERSION_NUMBER",
+                                                                               "record layer failure",
+                                                                               "PACKET_LENGTH_TOO_LONG")):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
+def _as_http(url: str) -> str:
+    return "http://" + url.split("://", 1)[1] if url.startswith("https://") else url
+
+
+def _missing_v1(base_url: str | None) -> str:
+    """A base URL with no path usually lacks the /v1 that OpenAI-compatible servers serve under."""
+    from urllib.parse import urlsplit
+
+    if not base_url:
+        return ""
+    parts = urlsplit(base_url)
+    if parts.path.rstrip("/") not in ("",):
+        return ""
+    return f"; most servers answer under /v1: try OPENAI_BASE_URL={base_url.rstrip('/')}/v1"
+
+
+def _describe(exc: Exception, where: str) -> str:
+    import openai
+
+    if isinstance(exc, openai.APITimeoutError):
+        return f"the model endpoint {where} timed out"
+    if isinstance(exc, openai.APIConnectionError):
+        return f"cannot reach the model endpoint {where}: check OPENAI_BASE_URL and that the server is running"
+    status = getattr(exc, "status_code", "?")
+    return f"the model endpoint {where} kept failing (HTTP {status}: {_error_text(exc)})"
