@@ -39,6 +39,21 @@ def test_a_real_looking_page_becomes_readable_text(site, tmp_path):
     assert f"Source: {site.url('/article')}" in document.header()
 
 
+def test_a_page_keeps_its_links_as_absolute_urls_once_each_and_capped(site, tmp_path):
+    from miniagi.sources import MAX_LINKS
+
+    text = read_source(site.url("/guide/index.html"), tmp_path).text
+    assert text.startswith("# How the post works")
+    assert f"[described under seals]({site.url('/guide/seals.html')})" in text
+    assert f"([rates]({site.url('/stamps/index.html#rates')}))" in text
+    assert "[elsewhere](https://elsewhere.example/x)" in text
+    # a URL already given, an anchor on the page, a script and a mail address: their text alone
+    for plain in ("Again the seals page,", "back to top,", "a script,", "write to us,"):
+        assert plain in text
+    assert text.count("](") == MAX_LINKS and f"[Page {MAX_LINKS - 4}]" in text and "- Page 69" in text
+    assert text.endswith("Closing text after the many links.") and "NAV-ABOUT" not in text
+
+
 def test_url_redirects_errors_timeouts_and_types(site, tmp_path, monkeypatch):
     redirected = read_source(site.url("/redirect"), tmp_path)
     assert "largest tidal plant" in redirected.text and "redirected to" in redirected.source
