@@ -111,7 +111,7 @@ class Guard:
 
     def __init__(self, inner, limits: Limits, streamed: bool):
         self.inner, self.limits, self.streamed = inner, limits, streamed
-        self.size, self.last_event, self.tail = 0, limits.started, b""
+        self.size, self.last_event, self.tail = 0, limits.started, b"\n"  # the body begins a line
 
     def __iter__(self):
         limits = self.limits
@@ -126,9 +126,9 @@ class Guard:
             seen = self.tail + data
             if b"\n\n" in seen or b"\r\n\r\n" in seen:
                 self.last_event = now
-            if b"[DONE]" in seen:
+            if b"\ndata: [DONE]" in seen or b"\ndata:[DONE]" in seen:  # a line of its own: not text of a reply
                 limits.done = True
-            self.tail = seen[-8:]
+            self.tail = seen[-16:]
             if self.streamed and now - self.last_event > limits.silence_s and not limits.done:
                 raise Silent()  # bytes, but no event: a trickle
             yield data

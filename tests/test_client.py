@@ -323,3 +323,15 @@ def test_azure_is_asked_through_the_sdks_azure_client(llm):
     assert llm.headers[0]["api-key"] == "azure-key-123" and "authorization" not in llm.headers[0]
     with pytest.raises(ConfigError, match="set AZURE_OPENAI_API_KEY and OPENAI_API_VERSION"):
         Endpoint.from_environment({"AZURE_OPENAI_ENDPOINT": "https://x.openai.azure.com"}, dotenv={}).check()
+
+
+def test_a_reply_that_says_done_in_its_text_is_not_taken_for_the_streams_end(llm):
+    """Only a `data: [DONE]` line ends a stream: a reply whose text holds "[DONE]" and then stops short is broken,
+    and is asked for again without streaming."""
+    from .fake_llm import Raw
+
+    cut = b'data: {"choices": [{"index": 0, "delta": {"content": "data: [DONE] is how it ends"}}]}\n\n'
+    llm.add(Raw(cut), "The whole reply.")
+    told: list[str] = []
+    reply = ours(llm, on_retry=told.append).complete(MESSAGES, model="gpt-4o", max_tokens=50)
+    assert reply.text == "The whole reply." and "asking without streaming" in told[0]
