@@ -58,7 +58,7 @@ class Agent:
         self.prices = getattr(model, "prices", None) or PriceTable(settings.prices)
         if model is None:
             from .config import Endpoint
-            from .model import OpenAIModel
+            from .endpoint import OpenAIModel
 
             model = OpenAIModel(Endpoint.from_environment(self.environ), self.prices,
                                 request_timeout_s=settings.request_timeout,
@@ -209,7 +209,7 @@ def open_vector_memory(settings: Settings, environ: Mapping[str, str], model,
         client = getattr(model, "client", None)
         if client is None:
             from .config import Endpoint
-            from .model import EndpointClient
+            from .endpoint import EndpointClient
 
             endpoint = Endpoint.from_environment(environ)
             endpoint.check()

@@ -12,10 +12,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-
-class ConfigError(Exception):
-    """A usage or configuration problem: reported as one line, exit code 2."""
-
+from .errors import ConfigError  # defined apart: the model and the formats raise it without importing config
 
 TRUE_WORDS = {"1", "true", "yes", "on", "y", "t"}
 FALSE_WORDS = {"0", "false", "no", "off", "n", "f", ""}

@@ -15,13 +15,13 @@ from typing import Callable
 
 from .config import ConfigError, Endpoint
 from .model import Completion, Message, ModelError, ModelRejected, ModelUnavailable, ToolCall
-from .prices import PriceTable, count_prompt_tokens
+from .prices import PriceTable, cached_prompt_tokens, count_prompt_tokens
 from .retry import Backoff, retry_after
 from .sdk_client import (BYTES_PER_TOKEN_BOUND, CHARS_PER_TOKEN_BOUND, PAST_CAP_SLACK, UNCAPPED_REPLY_TOKENS,
                          BadResponse, BrokenStream, Dropped, EndpointClient, FailedMidReply, Limits, PastDeadline,
                          Reply, Silent, preload, request_deadline)
 
-__all__ = ["OpenAIModel", "EndpointClient", "preload", "cached_prompt_tokens", "format_name", "request_deadline"]
+__all__ = ["OpenAIModel", "EndpointClient", "preload", "format_name", "request_deadline"]
 
 
 class OpenAIModel:
@@ -304,21 +304,6 @@ def format_name(response_format: dict) -> str:
     """json_schema, json_object+schema (llama.cpp's own way to constrain) or json_object."""
     kind = str(response_format.get("type", "?"))
     return kind + ("+schema" if "schema" in response_format else "")
-
-
-def cached_prompt_tokens(usage: dict | None, timings: dict | None = None) -> int:
-    """Prompt tokens served from the endpoint's cache, as each kind of server reports them: OpenAI, vLLM and
-    llama.cpp (usage.prompt_tokens_details.cached_tokens), DeepSeek (usage.prompt_cache_hit_tokens),
-    Anthropic-style gateways (usage.cache_read_input_tokens), llama.cpp's own timings (timings.cache_n)."""
-    usage = usage if isinstance(usage, dict) else {}
-    details = usage.get("prompt_tokens_details")
-    candidates = [details.get("cached_tokens") if isinstance(details, dict) else None,
-                  usage.get("prompt_cache_hit_tokens"), usage.get("cache_read_input_tokens"),
-                  timings.get("cache_n") if isinstance(timings, dict) else None]
-    for value in candidates:
-        if _whole(value) and value > 0:
-            return value
-    return 0
 
 
 def _error_text(exc: Exception) -> str:

@@ -2,8 +2,8 @@
 
 Here are the interface (`Model`, `Completion`, `ToolCall`), the errors a model raises, and `ScriptedModel`, which
 answers from a list (tests, replay, demos). The endpoint adapter around the `openai` SDK is `OpenAIModel` in
-endpoint.py (its client and bounds in sdk_client.py); prices are in prices.py. Their names are also found here, as
-they always were (`from miniagi.model import OpenAIModel, PriceTable`).
+endpoint.py (its client and bounds in sdk_client.py), which builds on this module (`from miniagi.endpoint import
+OpenAIModel`; `from miniagi import OpenAIModel` as always); prices are in prices.py, their names found here too.
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Protocol, Union
 
-from .config import ConfigError
-from .prices import PRICES, PriceTable, count_prompt_tokens, load_prices
+from .errors import ConfigError
+from .prices import PRICES, PriceTable, cached_prompt_tokens, count_prompt_tokens, load_prices
 
 __all__ = ["Message", "ToolCall", "Completion", "Model", "ModelUnavailable", "ModelRejected", "ModelError",
            "ScriptedModel", "ScriptExhausted", "local_completion", "PRICES", "PriceTable", "count_prompt_tokens",
-           "load_prices"]
+           "cached_prompt_tokens", "load_prices"]
 
 Message = dict  # {"role": "system" | "user" | "assistant" | "tool", "content": str, …}
 
@@ -124,11 +124,3 @@ def local_completion(messages: list[Message], model: str, text: str, prices: Pri
     return Completion(text=text, model=model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
                       cost_usd=cost, latency_s=0.0, tool_calls=tool_calls)
 
-
-def __getattr__(name: str):
-    """The adapter's names, imported when asked for: the interface does not load the SDK's client."""
-    if name in ("OpenAIModel", "EndpointClient", "cached_prompt_tokens", "format_name", "request_deadline"):
-        from . import endpoint
-
-        return getattr(endpoint, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

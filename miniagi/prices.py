@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .config import ConfigError
+from .errors import ConfigError
 
 # USD per 1M tokens: (input, output, cached input — the prompt tokens the endpoint served from its prefix cache).
 # Overridable with --prices FILE; unknown models cost 0.
@@ -95,3 +95,22 @@ def count_prompt_tokens(messages: list[dict], model: str, exact: bool = True) ->
     counter = counter_for(model)
     count = counter.count if exact else counter.most
     return sum(count(message_text(m)) + 4 for m in messages)
+
+
+def cached_prompt_tokens(usage: dict | None, timings: dict | None = None) -> int:
+    """Prompt tokens served from the endpoint's cache, as each kind of server reports them: OpenAI, vLLM and
+    llama.cpp (usage.prompt_tokens_details.cached_tokens), DeepSeek (usage.prompt_cache_hit_tokens),
+    Anthropic-style gateways (usage.cache_read_input_tokens), llama.cpp's own timings (timings.cache_n)."""
+    usage = usage if isinstance(usage, dict) else {}
+    details = usage.get("prompt_tokens_details")
+    candidates = [details.get("cached_tokens") if isinstance(details, dict) else None,
+                  usage.get("prompt_cache_hit_tokens"), usage.get("cache_read_input_tokens"),
+                  timings.get("cache_n") if isinstance(timings, dict) else None]
+    for value in candidates:
+        if _whole(value) and value > 0:
+            return value
+    return 0
+
+
+def _whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

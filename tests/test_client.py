@@ -10,7 +10,8 @@ import openai
 import pytest
 
 from miniagi.config import Endpoint
-from miniagi.model import ModelError, ModelRejected, ModelUnavailable, OpenAIModel
+from miniagi.endpoint import OpenAIModel
+from miniagi.model import ModelError, ModelRejected, ModelUnavailable
 from miniagi.retry import Backoff
 
 from .fake_llm import Calls, Fail, Stream

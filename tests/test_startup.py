@@ -107,7 +107,7 @@ def first_request_agent(llm, isolated, **options):
     from memory import tokens
     from miniagi import Agent, Settings
     from miniagi.config import Endpoint
-    from miniagi.model import OpenAIModel
+    from miniagi.endpoint import OpenAIModel
 
     tokens._loaded.cache_clear()
     loaded_at_call: list[int] = []
