@@ -158,6 +158,34 @@ class Capped:
         self.inner.close()
 
 
+class Inflated:
+    """A gzip or deflate body, inflated a piece at a time (never more than 64 KB out of one piece in)."""
+
+    def __init__(self, inner):
+        import zlib
+
+        self.inner, self.inflater = inner, zlib.decompressobj(zlib.MAX_WBITS | 32)  # gzip or zlib, by its header
+
+    def __iter__(self):
+        import zlib
+
+        try:
+            for data in self.inner:
+                while data:
+                    out = self.inflater.decompress(data, 65_536)
+                    data = self.inflater.unconsumed_tail
+                    if out:
+                        yield out
+            rest = self.inflater.flush()
+            if rest:
+                yield rest
+        except zlib.error as exc:
+            raise BadResponse(f"the model endpoint's compressed answer cannot be read ({exc})") from None
+
+    def close(self) -> None:
+        self.inner.close()
+
+
 class EndpointClient:
     """The SDK's client for one endpoint, its connections kept from one request to the next. Proxies come from the
     environment (HTTPS_PROXY, NO_PROXY, as curl reads them); redirects are not followed."""
@@ -195,7 +223,9 @@ class EndpointClient:
 
         http = httpx2.Client(follow_redirects=False, timeout=httpx2.Timeout(120.0, connect=10.0),
                              event_hooks={"response": [self._guard]})
-        common = dict(max_retries=0, http_client=http, default_headers={"User-Agent": f"miniagi/{__version__}"})
+        # only what Inflated reads: a body is bounded as it is inflated, not after
+        headers = {"User-Agent": f"miniagi/{__version__}", "Accept-Encoding": "gzip, deflate"}
+        common = dict(max_retries=0, http_client=http, default_headers=headers)
         if self.endpoint.azure_endpoint:
             return openai.AzureOpenAI(azure_endpoint=self.endpoint.azure_endpoint,
                                       api_version=self.endpoint.api_version, api_key=self.endpoint.api_key, **common)
@@ -203,6 +233,13 @@ class EndpointClient:
         return openai.OpenAI(api_key=self.endpoint.api_key or "not-needed", base_url=self.base_url, **common)
 
     def _guard(self, response) -> None:
+        encoding = response.headers.get("content-encoding", "").strip().lower()
+        if encoding in ("gzip", "x-gzip", "deflate"):  # inflated here, so that what is bounded is what is read
+            response.stream = _sync(Inflated(response.stream))
+            del response.headers["content-encoding"]
+        elif encoding not in ("", "identity"):
+            response.close()
+            raise BadResponse(f"the model endpoint answered in an encoding not asked for ({encoding[:40]})")
         if response.status_code >= 300:
             response.stream = _sync(Capped(response.stream))
             return

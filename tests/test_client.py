@@ -336,3 +336,40 @@ def test_a_reply_that_says_done_in_its_text_is_not_taken_for_the_streams_end(llm
     told: list[str] = []
     reply = ours(llm, on_retry=told.append).complete(MESSAGES, model="gpt-4o", max_tokens=50)
     assert reply.text == "The whole reply." and "asking without streaming" in told[0]
+
+
+def test_a_compressed_answer_is_bounded_as_it_is_inflated(llm):
+    """gzip is read, and its size bounded as it inflates: a small compressed body that would inflate past the
+    bound (a "zip bomb") is a bad answer, not memory spent."""
+    import gzip
+    from http.server import BaseHTTPRequestHandler
+
+    reply = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "Packed."},
+                          "finish_reason": "stop"}], "usage": {"prompt_tokens": 20, "completion_tokens": 2}}
+    bomb = dict(reply, pad="x" * 200_000_000)
+    bodies = [gzip.compress(json.dumps(body).encode()) for body in (reply, bomb, bomb)]
+    assert len(bodies[1]) < 1_000_000
+
+    class Compressing(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            data = bodies.pop(0)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Encoding", "gzip")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            try:
+                self.wfile.write(data)
+            except OSError:
+                pass
+
+    with _serving(Compressing) as server:
+        model = OpenAIModel(Endpoint("k", f"http://127.0.0.1:{server.server_address[1]}/v1"),
+                            backoff=Backoff(attempts=2, base_s=0, cap_s=0))
+        assert model.complete(MESSAGES, model="gpt-4o", max_tokens=50).text == "Packed."
+        with pytest.raises(ModelUnavailable, match="larger than 1 MB"):
+            model.complete(MESSAGES, model="gpt-4o", max_tokens=50)
