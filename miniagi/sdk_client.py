@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -312,27 +313,24 @@ def _read_stream(stream, limits: Limits, cap: int, on_piece) -> Reply:
     import openai
     from openai.lib.streaming.chat import ChatCompletionStreamState
 
+    # a field of an odd type that a server sent is read as nothing; pydantic would say so on the terminal
+    warnings.filterwarnings("ignore", message="Pydantic serializer warnings", category=UserWarning)
     reply, state = Reply(streamed=True), ChatCompletionStreamState()
     pieces = length = chunks = 0
     seen: dict[int, list] = {}  # a tool call's index → [its id, its name] as first sent
     try:
         for chunk in stream:
             now = time.monotonic()
-            extra = chunk.model_extra or {}
-            if isinstance(extra.get("timings"), dict):
-                reply.timings = extra["timings"]
-            if not isinstance(chunk.choices, list):
-                chunk.choices = []
-            chunk.choices = [c for c in chunk.choices if getattr(c, "index", 0) in (0, None)]
             try:
-                for choice in chunk.choices:
-                    choice.index = 0
-                    _as_openai_sends(choice.delta, seen)
+                _as_openai_chunk(chunk, seen)
                 state.handle_chunk(chunk)
                 chunks += 1
             except (TypeError, AttributeError, KeyError, IndexError, ValueError, AssertionError, RuntimeError) as exc:
                 raise BadResponse(f"the model endpoint sent a chunk that is not a chat completion chunk "
                                   f"({type(exc).__name__}: {str(exc)[:80]})") from None
+            timings = (chunk.model_extra or {}).get("timings")
+            if isinstance(timings, dict):
+                reply.timings = timings
             said = "".join(_piece(choice.delta) for choice in chunk.choices)
             thinking = any(_thinking(choice.delta) for choice in chunk.choices)
             if said or thinking:
@@ -403,6 +401,24 @@ def _take(reply: Reply, completion) -> None:
                             name if isinstance(name, str) else "", arguments or ""))
 
 
+def _as_openai_chunk(chunk, seen: dict[int, list]) -> None:
+    """A chunk as OpenAI sends it, for the SDK to put together: its first choice alone, with a delta (some servers
+    send a last choice with only its finish_reason), the text a string (some send a list of parts)."""
+    from openai.types.chat.chat_completion_chunk import ChoiceDelta
+
+    if not hasattr(chunk, "choices"):
+        raise TypeError(f"a chunk that is {type(chunk).__name__}")
+    choices = chunk.choices if isinstance(chunk.choices, list) else []
+    chunk.choices = [c for c in choices if hasattr(c, "index") and c.index in (0, None)]
+    for choice in chunk.choices:
+        choice.index = 0
+        if not isinstance(getattr(choice, "delta", None), ChoiceDelta):
+            choice.delta = ChoiceDelta()
+        if choice.delta.content is not None and not isinstance(choice.delta.content, str):
+            choice.delta.content = _content(choice.delta.content)
+        _as_openai_sends(choice.delta, seen)
+
+
 def _as_openai_sends(delta, seen: dict[int, list]) -> None:
     """A chunk's tool-call pieces as OpenAI sends them, for the SDK to put together: each with its index (its
     position when a server leaves it out), the id and the name once (some servers repeat them in every piece), the
@@ -420,6 +436,10 @@ def _as_openai_sends(delta, seen: dict[int, list]) -> None:
             continue
         if function.arguments is not None and not isinstance(function.arguments, str):
             function.arguments = json.dumps(function.arguments, ensure_ascii=False)
+        if not isinstance(call.id, str):
+            call.id = None
+        if not isinstance(function.name, str):
+            function.name = None
         first = seen.setdefault(call.index, [None, None])
         if first[0] and call.id:
             call.id = None

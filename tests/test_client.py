@@ -373,3 +373,20 @@ def test_a_compressed_answer_is_bounded_as_it_is_inflated(llm):
         assert model.complete(MESSAGES, model="gpt-4o", max_tokens=50).text == "Packed."
         with pytest.raises(ModelUnavailable, match="larger than 1 MB"):
             model.complete(MESSAGES, model="gpt-4o", max_tokens=50)
+
+
+def test_chunks_of_odd_shapes_read_as_openai_would_have_sent_them(llm, capfd):
+    """A last choice with only its finish_reason, a null delta, text as a list of parts, a second choice, a field of
+    the wrong type: read as OpenAI's shape, quietly (no warning on the terminal)."""
+    from .fake_llm import Raw
+
+    def chunk(**choice):
+        return {"choices": [{"index": 0, **choice}]}
+
+    llm.add(Raw(_events(chunk(delta=None), chunk(delta={"content": [{"type": "text", "text": "In "}]}),
+                        {"choices": [{"index": 1, "delta": {"content": "NOT THIS"}},
+                                     {"index": 0, "delta": {"content": "parts.", "role": 7}}]},
+                        chunk(finish_reason="stop"))))
+    reply = ours(llm).complete(MESSAGES, model="gpt-4o", max_tokens=50)
+    assert (reply.text, reply.finish_reason) == ("In parts.", "stop") and len(llm.requests) == 1
+    assert "Warning" not in capfd.readouterr().err
