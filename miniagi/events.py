@@ -82,7 +82,8 @@ class Action(Event):
     type: ClassVar[str] = "action"
     thought: str = ""
     command: str = ""
-    arg: str = ""
+    arg: str = ""  # the arguments as one text (the tags form)
+    args: dict | None = optional()  # the arguments as one JSON object, as the model sent them (None: older traces)
 
 
 @dataclass

@@ -212,7 +212,8 @@ class Run:
                 raise TooManyFormatErrors(f"the model broke the reply format {MAX_FORMAT_ERRORS} times in a row "
                                           f"(last problem: {error.problem})") from None
             return None
-        self.emit(ev.Action(step=number, thought=action.thought, command=action.command, arg=action.arg))
+        self.emit(ev.Action(step=number, thought=action.thought, command=action.command, arg=action.arg,
+                            args=action.call))
         return action
 
     def store_might_hold(self) -> bool:
