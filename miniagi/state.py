@@ -49,6 +49,7 @@ class RunState:
     criticism: str = ""  # the critic's latest review, shown until the next one replaces it
     rejections: int = 0  # final answers the critic rejected
     pending: ev.Action | None = None  # the action whose observation has not come yet
+    last_search: list = field(default_factory=list)  # the newest web search's results ({title, url, snippet})
     make_record: MakeRecord = field(default=plain_record, repr=False, compare=False)
 
     @property
@@ -103,6 +104,8 @@ class RunState:
                                   notes=tuple(notes), args=action.args)
         self.steps.append(record)
         self.notes.extend(notes)
+        if event.search is not None:
+            self.last_search = event.search
         self.format_errors_in_a_row = 0
         self.repeats = self.loops.observe(action.command, action.arg, event.output)  # the command's own output
         self.pending = None
