@@ -335,7 +335,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
 def cmd_batch_report(args: argparse.Namespace) -> int:
     from .batch_report import report
 
-    return report(args.folders, as_json=args.json)
+    return report(args.folders, as_json=args.json, home=resolve_settings({}).home_path)
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
