@@ -349,7 +349,7 @@ def _parse_dotenv(path: str) -> tuple[tuple[str, str], ...]:
     logger.addHandler(handler)
     logger.propagate = False
     try:
-        values = dotenv_values(path, encoding="utf-8")
+        values = dotenv_values(path, encoding="utf-8", interpolate=False)  # ${VAR} is text: no secret comes in
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start}): save it as UTF-8") from None
     except OSError as exc:

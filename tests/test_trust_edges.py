@@ -53,3 +53,72 @@ def test_a_txt_batchs_objectives_cannot_write_or_forge_its_results_and_logs(cli,
     report = cli("batch", "report", str(out), process=True)
     assert report.returncode == 0 and "FORGED" not in report.stdout and "1/3" not in report.stdout
     assert "2/3 done" in report.stdout, report.stdout
+
+
+# --- .env: nothing a run could have written is used without the user's yes ------------------------------------------
+def test_a_dotenv_that_code_created_is_not_used_for_any_setting_that_matters(cli, llm, isolated):
+    """Break 3: with no .env at start, code wrote one moving the work directory to the user's home, memory to
+    global, debug on, max_steps up. The next plain run used it silently; now it is refused (no one to ask)."""
+    user_home, bashrc = _user_home(isolated)
+    planted = (f"MINIAGI_WORKDIR={user_home}\\nMINIAGI_MEMORY_SCOPE=global\\nMINIAGI_DEBUG=true\\n"
+               "MINIAGI_MAX_STEPS=100000\\nMINIAGI_REQUEST_DEADLINE=99999\\nMINIAGI_READ_TIMEOUT=99999\\n")
+    llm.add(act("execute_shell", f"printf '{planted}' > .env"), act("done", "planted"))
+    first = cli("-y", "--sandbox", "namespace", "tidy up", process=True)
+    assert first.returncode == 0 and (isolated.work / ".env").exists(), first.stderr
+    llm.add(act("execute_shell", f"echo pwned >> {bashrc}"), act("done", "never"))
+    second = cli("-y", "next", process=True, env={"MINIAGI_MEMORY_SCOPE": None})
+    assert second.returncode == 2 and len(second.stderr.strip().splitlines()) == 1, second.stderr
+    for name in ("MINIAGI_WORKDIR", "MINIAGI_MEMORY_SCOPE", "MINIAGI_DEBUG", "MINIAGI_MAX_STEPS",
+                 "MINIAGI_REQUEST_DEADLINE", "MINIAGI_READ_TIMEOUT"):
+        assert name in second.stderr
+    assert len(llm.requests) == 2 and bashrc.read_text() == "# the user's own\n"
+    # the harmless few are taken as they come (which model is asked, and how)
+    (isolated.work / ".env").write_text("MINIAGI_MODEL=other-model\nMINIAGI_TEMPERATURE=0.5\n")
+    llm.add(act("done", "fine"))
+    third = cli("-y", "harmless", process=True)
+    assert third.returncode == 0, third.stderr
+    assert llm.requests[-1]["model"] == "other-model"
+
+
+def test_a_dotenv_expands_nothing_from_the_environment(cli, llm, isolated):
+    """Break 4: ${OPENAI_API_KEY} in a .env became the work directory (and the trust record's key)."""
+    (isolated.work / ".env").write_text("MINIAGI_WORKDIR=./w-${OPENAI_API_KEY}\n")
+    llm.add(act("execute_shell", "pwd"), act("done", "ok"))
+    proc = cli("-y", "--json", "where am I", process=True)
+    assert proc.returncode == 0, proc.stderr
+    assert (isolated.work / "w-${OPENAI_API_KEY}").is_dir()
+    seen = json.dumps(llm.requests) + proc.stdout + proc.stderr
+    assert "sk-test-key-123456" not in seen and "w-${OPENAI_API_KEY}" in seen
+    for record in (isolated.work.parent / "user-home" / ".miniagi").rglob("*.json"):
+        assert "sk-test-key-123456" not in record.read_text()
+
+
+def test_another_home_does_not_sidestep_the_trust_of_a_dotenv(cli, llm, isolated, tmp_path):
+    dotenv = isolated.work / ".env"
+    dotenv.write_text("MINIAGI_MAX_COST=1\n")
+    llm.add(act("done", "first"))
+    assert cli("-y", "first", process=True).returncode == 0  # a .env never used: taken as it is, remembered
+    dotenv.write_text("MINIAGI_MAX_COST=0\n")  # no limit at all: as code of some run could have written
+    for home in (str(isolated.home), str(tmp_path / "another-home")):
+        proc = cli("-y", "--home", home, "next", process=True)
+        assert proc.returncode == 2 and "MINIAGI_MAX_COST=0" in proc.stderr, proc.stderr
+    assert len(llm.requests) == 1
+
+
+def test_a_linked_dotenv_is_judged_by_what_it_points_to(cli, llm, isolated, tmp_path):
+    kept, other = tmp_path / "kept", tmp_path / "other"
+    kept.mkdir(), other.mkdir()
+    (kept / "env").write_text("MINIAGI_MAX_COST=1\n")
+    (other / "env").write_text("MINIAGI_MAX_COST=1\n")
+    link = isolated.work / ".env"
+    link.symlink_to(kept / "env")
+    llm.add(act("done", "first"))
+    assert cli("-y", "first", process=True).returncode == 0
+    link.unlink()
+    link.symlink_to(other / "env")  # the link swapped for one to another file
+    proc = cli("-y", "next", process=True)
+    assert proc.returncode == 2 and str(other / "env") in proc.stderr, proc.stderr
+    link.unlink()
+    link.symlink_to(kept / "env")  # back to what was trusted
+    llm.add(act("done", "again"))
+    assert cli("-y", "again", process=True).returncode == 0
