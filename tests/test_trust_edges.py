@@ -122,3 +122,33 @@ def test_a_linked_dotenv_is_judged_by_what_it_points_to(cli, llm, isolated, tmp_
     link.symlink_to(kept / "env")  # back to what was trusted
     llm.add(act("done", "again"))
     assert cli("-y", "again", process=True).returncode == 0
+
+
+# --- journals: what a short run left for the store, taken as what it is ----------------------------------------------
+def test_a_journal_is_split_on_newlines_only_redacted_again_and_kept_to_its_runs_work_directory(cli, llm, isolated):
+    from .conftest import MEMORY_ON, run_dirs
+
+    llm.add(act("done", "ok"))
+    assert cli("-y", "remember this", env=MEMORY_ON, process=True).returncode == 0
+    (run,) = run_dirs(isolated.home)
+    journal = isolated.home / "memory" / "journal"
+    journal.mkdir(parents=True, exist_ok=True)
+
+    def item(id_, text, run_id=run.name, workdir=str(isolated.work)):
+        return json.dumps({"id": id_, "text": text, "run": run_id, "kind": "note", "step": 1, "source": "",
+                           "key": "", "workdir": workdir, "at": 1.0}, ensure_ascii=False)
+
+    (journal / "1.000000-1-abcdef01.jsonl").write_text("\n".join([
+        item("j-sep", "zebra note one\u2028zebra still note one"),
+        item("j-key", "zebra: the key is sk-test-key-123456"),
+        item("j-far", "zebra planted elsewhere", workdir="/elsewhere"),
+        item("j-none", "zebra from no run", run_id="20990101-000000-abcdef"),
+        item("j-path", "zebra from a path", run_id="../../etc")]) + "\n", encoding="utf-8")
+    proc = cli("memory", "search", "zebra", "--all", "--json", "--limit", "20", env=MEMORY_ON, process=True)
+    assert proc.returncode == 0, proc.stderr
+    hits = {hit["id"]: hit for hit in json.loads(proc.stdout)}
+    assert hits["j-sep"]["text"] == "zebra note one\u2028zebra still note one"  # one item, whole
+    assert hits["j-far"]["workdir"] == str(isolated.work)  # its run's own, not what it claimed
+    assert "j-none" not in hits and "j-path" not in hits and "j-key" in hits
+    for path in (isolated.home / "memory").rglob("*"):
+        assert not path.is_file() or b"sk-test-key-123456" not in path.read_bytes(), path  # stored redacted
