@@ -81,8 +81,9 @@ class VectorMemory:
     (one chromadb write costs ~15 ms however few items it holds), so the agent's step does not wait for it."""
 
     def __init__(self, path: Path, embedder: "Embedder", url: str | None = None,
-                 redact: Callable[[str], str] = lambda text: text):
+                 redact: Callable[[str], str] = lambda text: text, read_only: bool = False):
         self.path = Path(path)
+        self.read_only = read_only  # a viewer (the web UI): opening stores no journal and makes no collection
         self.redact = redact  # nothing is stored (or embedded) before it has passed the secret gate
         self.url = url  # a chromadb server instead of the local folder: one memory for many machines
         self.embedder = embedder
@@ -116,9 +117,12 @@ class VectorMemory:
                 self.path.mkdir(parents=True, exist_ok=True)
                 client = chromadb.PersistentClient(path=str(self.path), settings=settings)
             # one collection per embedding space: vectors of different models must not be compared
+            name = f"memories-{self.embedder.name}"
+            if self.read_only:
+                self._collection = client.get_collection(name, embedding_function=None)
+                return self._collection
             self._collection = client.get_or_create_collection(
-                f"memories-{self.embedder.name}", embedding_function=None,
-                configuration={"hnsw": {"space": "cosine"}})
+                name, embedding_function=None, configuration={"hnsw": {"space": "cosine"}})
             self._ingest_journals()
         return self._collection
 

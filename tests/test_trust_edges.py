@@ -152,3 +152,91 @@ def test_a_journal_is_split_on_newlines_only_redacted_again_and_kept_to_its_runs
     assert "j-none" not in hits and "j-path" not in hits and "j-key" in hits
     for path in (isolated.home / "memory").rglob("*"):
         assert not path.is_file() or b"sk-test-key-123456" not in path.read_bytes(), path  # stored redacted
+
+
+# --- the UI: run files read bounded, off the event loop; its views store nothing ----------------------------------
+@pytest.fixture
+def ui_process(isolated):
+    """`miniagi ui` as a process of its own, over the test's home."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen([sys.executable, "-m", "miniagi", "ui", "--port", str(port)], cwd=isolated.work,
+                               env=dict(os.environ), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        assert process.poll() is None, process.stderr.read().decode()
+        try:
+            httpx.get(url + "/static/", timeout=2)
+            break
+        except httpx.TransportError:
+            assert time.monotonic() < deadline, "the UI did not start"
+            time.sleep(0.05)
+    yield url
+    process.terminate()
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def test_a_fifo_a_huge_file_or_a_broken_line_in_a_run_folder_never_hangs_a_ui_page(cli, llm, isolated, ui_process):
+    import os
+
+    import httpx
+
+    from .conftest import run_dirs
+
+    llm.add(act("done", "a real answer"))
+    assert cli("-y", "A real run", process=True).returncode == 0
+    (real,) = run_dirs(isolated.home)
+    runs = isolated.home / "runs"
+    bad = {name: runs / name for name in ("20200101-000000-00000a", "20200101-000000-00000b",
+                                          "20200101-000000-00000c", "20200101-000000-00000d")}
+    for folder in bad.values():
+        folder.mkdir()
+    start = (real / "trace.jsonl").read_text().split("\n")[0]
+    os.mkfifo(bad["20200101-000000-00000a"] / "result.json")  # a FIFO as result.json
+    os.mkfifo(bad["20200101-000000-00000b"] / "trace.jsonl")  # …as trace.jsonl
+    (bad["20200101-000000-00000b"] / "result.json").write_text((real / "result.json").read_text())
+    with open(bad["20200101-000000-00000c"] / "trace.jsonl", "wb") as huge:  # 2 GB (sparse)
+        huge.write(start.encode() + b"\n")
+        huge.truncate(2 * 2**30)
+    (bad["20200101-000000-00000d"] / "trace.jsonl").write_text(start + "\n{broken\n[1, 2]\n\"text\"\n")
+    for path in ["/", "/api/runs", f"/runs/{real.name}", *(f"/runs/{name}" for name in bad),
+                 *(f"/runs/{name}/events?after=0" for name in bad)]:
+        response = httpx.get(ui_process + path, timeout=30)
+        assert response.status_code in (200, 404), (path, response.status_code)
+    assert "A real run" in httpx.get(ui_process + "/", timeout=30).text
+    assert real.name in httpx.get(ui_process + "/api/runs", timeout=30).text
+
+
+def test_the_memory_page_stores_no_journal(cli, llm, isolated, ui_process):
+    import httpx
+
+    from .conftest import MEMORY_ON, run_dirs
+
+    llm.add(act("memorize_thoughts", "The rocket is painted PURPLE."), act("done", "noted"))
+    assert cli("-y", "remember the rocket", env=MEMORY_ON, process=True).returncode == 0
+    (run,) = run_dirs(isolated.home)
+    journal = isolated.home / "memory" / "journal"
+    journal.mkdir(exist_ok=True)
+    waiting = journal / "1.000000-1-abcdef01.jsonl"
+    waiting.write_text(json.dumps({"id": "j-1", "text": "The rocket launches at dawn.", "run": run.name,
+                                   "kind": "note", "step": 1, "source": "", "key": "", "workdir": str(isolated.work),
+                                   "at": 1.0}) + "\n")
+    page = httpx.get(ui_process + "/memory", params={"q": "rocket"}, timeout=120).text
+    assert "PURPLE" in page  # the store was searched…
+    assert waiting.read_text().startswith('{"id": "j-1"')  # …and the waiting journal left for a run to store
+    assert "launches at dawn" not in page
