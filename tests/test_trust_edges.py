@@ -240,3 +240,23 @@ def test_the_memory_page_stores_no_journal(cli, llm, isolated, ui_process):
     assert "PURPLE" in page  # the store was searched…
     assert waiting.read_text().startswith('{"id": "j-1"')  # …and the waiting journal left for a run to store
     assert "launches at dawn" not in page
+
+
+# --- a SOCKS proxy ------------------------------------------------------------------------------------------------
+def test_a_socks_proxy_is_used_or_said_in_one_line_never_a_traceback(cli, llm, isolated, tmp_path):
+    from .conftest import one_line
+
+    llm.add(act("done", "never reached"))
+    through = cli("-y", "hi", env={"ALL_PROXY": "socks5://127.0.0.1:1"}, process=True)
+    assert through.returncode == 2 and "Traceback" not in through.stderr, through.stderr
+    assert "cannot reach" in through.stderr.strip().splitlines()[-1] and llm.requests == []  # the proxy is used
+    blocked = tmp_path / "no-socksio" / "socksio"  # an installation without socksio
+    blocked.mkdir(parents=True)
+    (blocked / "__init__.py").write_text("raise ImportError('socksio is not installed here')\n")
+    import os
+
+    path = f"{blocked.parent}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
+    for proxy, said in (("socks5://127.0.0.1:1", "httpx[socks]"), ("socks4://127.0.0.1:1", "socks4")):
+        proc = cli("-y", "hi", env={"all_proxy": proxy, "PYTHONPATH": path}, process=True)
+        assert proc.returncode == 2 and one_line(proc.stderr) and said in proc.stderr, (proxy, proc.stderr)
+    assert llm.requests == []
