@@ -150,7 +150,10 @@ class VectorMemory:
         partial = self._journal / f".{name}.tmp"
         lines = [json.dumps(asdict(replace(item, text=self.redact(item.text), key=self.redact(item.key),
                                            at=item.at or time.time())), ensure_ascii=False) for item in items]
-        partial.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                             | getattr(os, "O_CLOEXEC", 0), 0o600)  # a new file, never through a link
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            handle.write("\n".join(lines) + "\n")
         os.replace(partial, self._journal / f"{name}.jsonl")
         self._mark(items)
 

@@ -74,7 +74,9 @@ class RunRecord:
             torn = self.trace_path.exists() and self.trace_path.stat().st_size and not self._ends_with_newline()
             # unbuffered: each event goes to the OS at once (surviving SIGKILL), and a failed write (disk full)
             # leaves nothing behind in a buffer to fail again later
-            self._trace = open(self.trace_path, "ab", buffering=0)
+            descriptor = os.open(self.trace_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+                                 | getattr(os, "O_CLOEXEC", 0), 0o644)  # never through a link
+            self._trace = os.fdopen(descriptor, "ab", buffering=0)
             if torn:  # a line cut off by a crash or a full disk: end it, so the next event stands on its own
                 self._write(b"\n")
         line = json.dumps(redact_data(self.redact, event), ensure_ascii=False, default=str)
@@ -91,11 +93,15 @@ class RunRecord:
             return handle.read(1) == b"\n"
 
     def write_result(self, result: dict) -> None:
+        from .safefs import replace_file
+
         self.dir.mkdir(parents=True, exist_ok=True)
-        partial = self.result_path.with_suffix(".json.tmp")
-        partial.write_text(json.dumps(redact_data(self.redact, result), indent=2, ensure_ascii=False) + "\n",
-                           encoding="utf-8")
-        os.replace(partial, self.result_path)
+        folder = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+        try:  # a fresh temporary file (never through a link), renamed over result.json
+            replace_file(folder, self.result_path.name, (json.dumps(redact_data(self.redact, result), indent=2,
+                                                                    ensure_ascii=False) + "\n").encode("utf-8"))
+        finally:
+            os.close(folder)
 
     def read_result(self) -> dict:
         """result.json; a run still marked running whose process is gone (killed) reads as interrupted."""

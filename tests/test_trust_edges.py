@@ -260,3 +260,22 @@ def test_a_socks_proxy_is_used_or_said_in_one_line_never_a_traceback(cli, llm, i
         proc = cli("-y", "hi", env={"all_proxy": proxy, "PYTHONPATH": path}, process=True)
         assert proc.returncode == 2 and one_line(proc.stderr) and said in proc.stderr, (proxy, proc.stderr)
     assert llm.requests == []
+
+
+def test_run_files_are_never_written_through_a_link(tmp_path):
+    from miniagi.runs import RunRecord
+
+    target = tmp_path / "bashrc"
+    target.write_text("# the user's own\n")
+    folder = tmp_path / "runs" / "20200101-000000-00000a"
+    folder.mkdir(parents=True)
+    (folder / "result.json").symlink_to(target)
+    (folder / "result.json.tmp").symlink_to(target)  # the old fixed temporary name
+    record = RunRecord(folder)
+    record.write_result({"status": "done"})
+    assert target.read_text() == "# the user's own\n" and not (folder / "result.json").is_symlink()
+    assert record.read_result() == {"status": "done"}
+    (folder / "trace.jsonl").symlink_to(target)
+    with pytest.raises(OSError):
+        record.append({"type": "run_start"})
+    assert target.read_text() == "# the user's own\n"
