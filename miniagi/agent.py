@@ -102,9 +102,10 @@ class Agent:
         return self.start(objective, origin, follows).drive()
 
     def start(self, objective: str, origin: dict | None = None, follows: str | None = None,
-              workspace: RunWorkspace | None = None) -> Run:
+              workspace: RunWorkspace | None = None, keep_workspace: bool = False) -> Run:
         """A new run of an objective, recorded and ready to drive (`run.drive()` works on it until it ends).
-        Given the `workspace` of the run it follows (a chat), its Python session carries over."""
+        Given the `workspace` of the run it follows (a chat), its Python session carries over. `keep_workspace`:
+        the caller closes the workspace the run makes (`run.workspace`), to hand it on."""
         objective = objective.strip()
         if not objective:
             raise ConfigError("the objective is empty: say what the agent should do")
@@ -118,7 +119,7 @@ class Agent:
         record = self.store.create()
         try:
             run = Run(self.services, record, RunState(objective=objective, make_record=self.step_record),
-                      workspace=workspace)
+                      workspace=workspace, keep_workspace=keep_workspace)
         except ConfigError:  # the sandbox asked for cannot be had here: nothing was started
             record.close()
             shutil.rmtree(record.dir, ignore_errors=True)

@@ -53,7 +53,7 @@ class RunResult:
 
 class Run:
     def __init__(self, services: Services, record: RunRecord, state: RunState, *, resumed: bool = False,
-                 workspace: RunWorkspace | None = None):
+                 workspace: RunWorkspace | None = None, keep_workspace: bool = False):
         self.services, self.settings, self.ui = services, services.settings, services.ui
         self.record, self.state, self.resumed = record, state, resumed
         self.memory = RunMemory(builder=services.contexts, summarizer_counter=services.summarizer_counter,
@@ -61,16 +61,14 @@ class Run:
                                 run_id=record.run_id, objective=state.objective,
                                 workdir=str(self.settings.workdir_path), code_commands=code_commands())
         self.memory.summary = state.summary
-        # a chat hands each run the workspace of the one before (its Python session goes on); its owner closes it
-        self.owns_workspace = workspace is None
+        # a chat hands each run the workspace of the one before (its Python session goes on), and keeps the one
+        # its first run makes: a workspace is closed by whoever made it and does not keep it
+        self.owns_workspace = workspace is None and not keep_workspace
         self.workspace = workspace or RunWorkspace(self.settings, ui=services.ui, environ=services.environ,
-                                                   memory=self.memory, budget=services.budget,
-                                                   search_backend=services.search_backend, summarize=self.summarize,
-                                                   counter=services.summarizer_counter)
-        self.workspace.memory, self.workspace.summarize = self.memory, self.summarize
-        self.workspace.offline = services.offline
-        self.workspace.step = lambda: self.state.step
-        self.workspace.tool_handler = self.call_tool
+                                                   budget=services.budget, search_backend=services.search_backend,
+                                                   counter=services.summarizer_counter, offline=services.offline)
+        self.workspace.attach(memory=self.memory, summarize=self.summarize, step=lambda: self.state.step,
+                              tool_handler=self.call_tool)
         if state.last_search and not self.workspace.last_search:  # resumed: a result's number still names its URL
             self.workspace.last_search = [SearchResult(**result) for result in state.last_search]
         self.recorded_search = self.workspace.last_search
