@@ -1,6 +1,6 @@
 """One run of an objective — the loop:
 
-    until stopped:  check the limits → think → act → observe → critique
+    until stopped:  check the limits → think → act → review a final answer → observe → critique
 
 Every change to the run is an event, emitted: appended to the trace, applied to the state (`RunState.apply`) and
 shown in the terminal. Stopping is an exception (stops.py) mapped to the run's status and exit code in one place.
@@ -100,6 +100,7 @@ class Run:
 
     # --- the loop ------------------------------------------------------------------------------------------------
     def drive(self) -> RunResult:
+        """Steps until the run stops (a stop is an exception), then `finish`."""
         state, record = self.state, self.record
         self.memory.background = state.background  # known once the start (or the trace) is read
         self.ui.run_started(record.run_id, state.objective, self.settings.model,
@@ -107,16 +108,7 @@ class Run:
         restore_sigterm = _raise_on_sigterm()
         answer, interrupted = None, False
         try:
-            self.report_isolation()
-            self.save("running")
-            # the objective is stored once the first request has been answered: a run that a configuration error
-            # ends there is discarded, and leaves no memory behind
-            objective = [] if self.resumed else [self.memory.item("objective", state.objective)]
-            if not self.resumed:
-                self.recall_first = self.store_might_hold()  # asked before this run stores anything
-            if self.recall_first and self.memory.store is not None:  # recall needs chromadb and the embedder: they
-                # load in a thread while the first prompt is measured (tiktoken loads meanwhile)
-                threading.Thread(target=self.memory.store.warm, name="memory-warm", daemon=True).start()
+            objective = self.begin()
             while True:
                 self.check_limits()
                 action = self.think()
@@ -124,7 +116,10 @@ class Run:
                     self.remember(*objective)
                     objective = []
                 if action is not None:  # None: a malformed reply, recorded and sent back
-                    self.observe(action, self.act(action))
+                    outcome = self.act(action)
+                    if outcome.answer is not None:  # accepted, it ends the run (Submitted); rejected, it is sent back
+                        outcome = replace(outcome, observation=self.final_review(outcome.answer), answer=None)
+                    self.observe(action, outcome)
                     self.critique()
                 self.save("running")
         except Submitted as submitted:
@@ -147,6 +142,26 @@ class Run:
             for path in self.services.dotenv.changed():
                 self.ui.warn(f"{path} changed during this run: settings in it that reach the network, widen what code "
                              "may do or raise a limit will not be used until you confirm them")
+        return self.finish(ending, answer)
+
+    def begin(self) -> list:
+        """Before the first step: the sandbox said, the run marked running, the vector store warmed when this run
+        will recall. Returns the objective's memory item, stored once the first request has been answered (a run
+        that a configuration error ends there is discarded, and leaves no memory behind)."""
+        state = self.state
+        self.report_isolation()
+        self.save("running")
+        objective = [] if self.resumed else [self.memory.item("objective", state.objective)]
+        if not self.resumed:
+            self.recall_first = self.store_might_hold()  # asked before this run stores anything
+        if self.recall_first and self.memory.store is not None:  # recall needs chromadb and the embedder: they
+            # load in a thread while the first prompt is measured (tiktoken loads meanwhile)
+            threading.Thread(target=self.memory.store.warm, name="memory-warm", daemon=True).start()
+        return objective
+
+    def finish(self, ending: Ending, answer: str | None) -> RunResult:
+        """The run's end recorded (or, for a configuration error before the first answer, the run discarded)."""
+        state, record = self.state, self.record
         if ending.discard:
             record.close()
             shutil.rmtree(record.dir, ignore_errors=True)
@@ -297,14 +312,13 @@ class Run:
         return {"result": text, "data": redact_data(self.services.redact, outcome.data)}
 
     def observe(self, action: Decision, outcome: Outcome) -> None:
-        """The outcome becomes the step's observation (emitted); its notes and memories are stored. A final answer
-        ends the run here, unless the critic sends it back. Output that imitates the critic's label is fenced."""
+        """The outcome becomes the step's observation (emitted); its notes and memories are stored. Output that
+        imitates the critic's label is fenced."""
         number = self.state.step
         nested, self.nested = self.nested, Outcome()
         outcome = Outcome(outcome.observation, outcome.notes + nested.notes, outcome.memories + nested.memories,
                           outcome.answer, hint=_hints(outcome.hint, nested.hint))
-        observation = outcome.observation if outcome.answer is None else self.final_review(outcome.answer)
-        observation = cap_text(observation, self.services.budget.item_chars)
+        observation = cap_text(outcome.observation, self.services.budget.item_chars)
         observation = critic.guard(f"{observation}\n\n{outcome.hint}" if outcome.hint else observation)
         observation = self.services.redact(observation)
         note = self.services.redact(action.note)
@@ -338,8 +352,8 @@ class Run:
             self.emit(ev.CriticReview(step=state.step, text=text, loop=bool(warning)))
 
     def final_review(self, answer: str) -> str:
-        """With the critic on, a final answer is checked before the run ends. Raises Submitted when it is accepted;
-        returns the observation that sends a rejected one back."""
+        """With the critic on, a final answer is checked before the run ends (a step of the loop, after `act`).
+        Raises Submitted when it is accepted; returns the observation that sends a rejected one back."""
         state = self.state
         if not self.settings.critic or state.rejections >= critic.MAX_REJECTIONS:
             raise Submitted(answer)
