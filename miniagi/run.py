@@ -58,9 +58,8 @@ class Run:
         self.record, self.state, self.resumed = record, state, resumed
         self.memory = RunMemory(builder=services.contexts, summarizer_counter=services.summarizer_counter,
                                 ask_summarizer=self.summarize, store=services.vectors, scope=self.settings.memory_scope,
-                                run_id=record.run_id, objective=state.objective,
+                                run_id=record.run_id, state=state,
                                 workdir=str(self.settings.workdir_path), code_commands=code_commands())
-        self.memory.summary = state.summary
         # a chat hands each run the workspace of the one before (its Python session goes on), and keeps the one
         # its first run makes: a workspace is closed by whoever made it and does not keep it
         self.owns_workspace = workspace is None and not keep_workspace
@@ -102,7 +101,6 @@ class Run:
     def drive(self) -> RunResult:
         """Steps until the run stops (a stop is an exception), then `finish`."""
         state, record = self.state, self.record
-        self.memory.background = state.background  # known once the start (or the trace) is read
         self.ui.run_started(record.run_id, state.objective, self.settings.model,
                             state.step if self.resumed else None, follows=state.follows)
         restore_sigterm = _raise_on_sigterm()
