@@ -60,8 +60,8 @@ class Run:
                                 ask_summarizer=self.summarize, store=services.vectors, scope=self.settings.memory_scope,
                                 run_id=record.run_id, state=state,
                                 workdir=str(self.settings.workdir_path), code_commands=code_commands())
-        # a chat hands each run the workspace of the one before (its Python session goes on), and keeps the one
-        # its first run makes: a workspace is closed by whoever made it and does not keep it
+        # a chat hands each run the workspace of the one before (its Python session goes on) and keeps the one its
+        # first run makes (keep_workspace): the run closes only a workspace it made and was not asked to keep
         self.owns_workspace = workspace is None and not keep_workspace
         self.workspace = workspace or RunWorkspace(self.settings, ui=services.ui, environ=services.environ,
                                                    budget=services.budget, search_backend=services.search_backend,
