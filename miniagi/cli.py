@@ -260,8 +260,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
             objective = line.strip()
             if not objective:
                 continue
-            run = agent.start(objective, follows=previous, workspace=workspace)
-            run.owns_workspace = False  # the session's Python goes on to the next objective: closed at the end
+            # the session's Python goes on to the next objective: the workspace is closed at the end
+            run = agent.start(objective, follows=previous, workspace=workspace, keep_workspace=True)
             workspace = run.workspace
             result = run.drive()
             code = _finish(result, args.json)
