@@ -143,6 +143,19 @@ class Command:
         arguments = ", ".join(f"{p.name}: {p.type}" for p in self.parameters)
         return f"{self.name}({arguments})" + (f" -> {self.returns}" if returns else "")
 
+    def placeholders(self) -> dict:
+        """Its arguments as placeholders: {"question": "…", "sources": ["…"]}."""
+        return {p.name: ["…"] if p.is_list else "…" for p in self.parameters}
+
+    def help_argument(self) -> str:
+        """Its argument as the tags help shows it: QUESTION|SOURCE[|…]."""
+        return "|".join(p.placeholder() for p in self.parameters)
+
+    def python_spec(self) -> dict:
+        """Its function inside execute_python, for the Python worker: name, typed parameters, return type, doc."""
+        return {"name": self.name, "params": [[p.name, p.type] for p in self.parameters], "returns": self.returns,
+                "doc": self.doc}
+
     def schema(self) -> dict:
         """Its arguments as a JSON schema: one typed property per parameter, all required."""
         return {"type": "object", "properties": {p.name: p.schema() for p in self.parameters},
@@ -236,8 +249,7 @@ def actions() -> list[Command]:
 def python_tools() -> list[dict]:
     """The commands code can call from execute_python, for the Python worker: name, typed parameters, return
     type and what it does."""
-    return [{"name": c.name, "params": [[p.name, p.type] for p in c.parameters], "returns": c.returns,
-             "doc": c.doc} for c in COMMANDS.values() if c.python]
+    return [c.python_spec() for c in COMMANDS.values() if c.python]
 
 
 def code_commands() -> frozenset[str]:

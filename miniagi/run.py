@@ -65,6 +65,8 @@ class Run:
         self.memory.summary = state.summary
         # a chat hands each run the workspace of the one before (its Python session goes on); its owner closes it
         self.owns_workspace = workspace is None
+        if workspace is None:  # the servers of a run before stopped with it (a second run of the Python API)
+            agent.mcp.start()
         self.workspace = workspace or RunWorkspace(self.settings, ui=agent.ui, environ=agent.environ,
                                                    memory=self.memory, budget=agent.budget,
                                                    search_backend=agent.search_backend, summarize=self.summarize,
@@ -73,6 +75,7 @@ class Run:
         self.workspace.offline = agent.offline
         self.workspace.step = lambda: self.state.step
         self.workspace.tool_handler = self.call_tool
+        self.workspace.mcp, agent.mcp.record = agent.mcp, self.record_mcp_call  # the servers stop with the workspace
         self.nested = Outcome()  # notes and memories of the commands code called during this step
         self.alerts: list[str] = []  # for the next prompt only: loop warnings, the note that the run was resumed
         self.isolation: str | None = None  # the sandbox executed code runs in (bwrap, namespace, none)
@@ -294,6 +297,11 @@ class Run:
         self.nested.hint = _hints(self.nested.hint, outcome.hint)
         text = self.agent.redact(cap_text(outcome.observation, self.agent.budget.item_chars))
         return {"result": text, "data": redact_data(self.agent.redact, outcome.data)}
+
+    def record_mcp_call(self, command, arguments: dict, result: str, ok: bool) -> None:
+        """An MCP tool's result, as the server gave it, in the trace: what `replay` answers the call with."""
+        self.emit(ev.Unknown(step=self.state.step, name="mcp_call",
+                             extra={"command": command.name, "arguments": arguments, "result": result, "ok": ok}))
 
     def observe(self, action: Decision, outcome: Outcome) -> None:
         """The outcome becomes the step's observation (emitted); its notes and memories are stored. A final answer

@@ -54,6 +54,7 @@ class RunWorkspace:
         self.offline = False  # a replay's: the agent's own commands reach no network
         # runs a command that code in execute_python called as a function (set by the run)
         self.tool_handler: Callable[[str, str], dict] | None = None
+        self.mcp = None  # the run's MCP servers (mcp_tools.McpTools): they live as long as this workspace
 
     @property
     def documents(self) -> MemoryShelf | None:
@@ -87,3 +88,5 @@ class RunWorkspace:
 
     def close(self) -> None:
         self.execution.close()
+        if self.mcp is not None:
+            self.mcp.close()

@@ -172,4 +172,4 @@ def lenient_json(text: str):
 
 def placeholders(command: Command) -> dict:
     """Its arguments as placeholders: {"question": "…", "sources": ["…"]}."""
-    return {p.name: ["…"] if p.is_list else "…" for p in command.parameters}
+    return command.placeholders()

@@ -88,10 +88,10 @@ class TagsFormat(ReplyFormat):
         return {"role": "assistant", "content": action_text(record.thought, record.command, record.arg)}
 
     def usage(self, command: Command) -> str:
-        return f"Write it as: <c>{command.name}</c>\n{'|'.join(p.placeholder() for p in command.parameters)}"
+        return f"Write it as: <c>{command.name}</c>\n{command.help_argument()}"
 
     def describe(self) -> str:
-        commands = "\n".join(f"- {c.name} {'|'.join(p.placeholder() for p in c.parameters)}: {c.doc}"
+        commands = "\n".join(f"- {c.name} {c.help_argument()}: {c.doc}"
                              for c in actions())
         return f"""Reply with exactly ONE action:
 <r>your reasoning, briefly</r><c>command</c>
