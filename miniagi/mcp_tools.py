@@ -343,7 +343,7 @@ def outcome(command: McpCommand, text: str, ok: bool) -> Outcome:
 
 def _failure(exc: BaseException) -> str:
     """One line for an exception the SDK raised (an exception group's first real cause)."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+    while isinstance(getattr(exc, "exceptions", None), tuple) and exc.exceptions:  # an exception group
         exc = exc.exceptions[0]
     text = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
