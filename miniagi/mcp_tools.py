@@ -326,8 +326,9 @@ def result_text(result) -> str:
     return "\n".join(parts)
 
 
-def outcome(command: McpCommand, text: str, ok: bool) -> Outcome:
-    """A call's observation: the server's words fenced as untrusted data; a failure said as one."""
+def outcome(command: McpCommand, text: str, ok: bool, own: bool = False) -> Outcome:
+    """A call's observation: the server's words fenced as untrusted data; a failure said as one (`own`: the words
+    are miniagi's, not the server's: a timeout, a server gone)."""
     if len(text) > MAX_RESULT_CHARS:
         text = text[:MAX_RESULT_CHARS] + f"\n[… {len(text) - MAX_RESULT_CHARS:,} more characters not shown]"
     label = f"result of {command.tool} from the MCP server {command.server}"
@@ -337,6 +338,8 @@ def outcome(command: McpCommand, text: str, ok: bool) -> Outcome:
         tail = rest.rpartition("\n")[2]
         # code gets the text itself; printed, it shows between the fence's lines (as read(source) does)
         return Outcome(fenced, data={"text": text, "fence": [head + "\n", "\n" + tail]})
+    if own:
+        return Outcome(f"{command.name} failed: {text}")
     return Outcome(f"{command.name} failed: " + (untrusted(f"error of {command.tool} from the MCP server "
                                                             f"{command.server}", text) if text else "no reason given"))
 
@@ -373,7 +376,7 @@ class McpTools:
         self.definitions: list[dict] = []
         self.loop: asyncio.AbstractEventLoop | None = None
         self.thread: threading.Thread | None = None
-        self.record: Callable[[McpCommand, dict, str, bool], None] | None = None
+        self.record: Callable[[McpCommand, dict, str, bool, bool], None] | None = None
 
     @classmethod
     def configured(cls, settings, ui) -> "McpTools":
@@ -472,33 +475,43 @@ class McpTools:
 
     def call(self, command: McpCommand, args: dict) -> Outcome:
         """Call a tool and wait for its result, at most --exec-timeout: an observation whatever happens."""
-        text, ok = self._call(command, args)
+        text, ok, own = self._call(command, args)
         if self.record is not None:
-            self.record(command, args, text, ok)
-        return outcome(command, text, ok)
+            self.record(command, args, text, ok, own)
+        return outcome(command, text, ok, own)
 
-    def _call(self, command: McpCommand, args: dict) -> tuple[str, bool]:
+    def _call(self, command: McpCommand, args: dict) -> tuple[str, bool, bool]:
+        """(what came back, whether the call succeeded, whether the text is miniagi's own rather than the server's)"""
         server = self.servers.get(slug(command.server))
         if server is None or self.loop is None or server.session is None:
             why = server.gone if server is not None and server.gone else "it is not running"
-            return f"the MCP server {command.server} is not available ({why})", False
+            return f"the MCP server {command.server} is not available ({why}).", False, True
+        timeout = (f"no answer from the MCP server {command.server} within {self.timeout_s:g} s (the --exec-timeout "
+                   "limit); the call was abandoned.")
         future = asyncio.run_coroutine_threadsafe(
             server.session.call_tool(command.tool, args, read_timeout_seconds=self.timeout_s), self.loop)
         try:
             result = future.result(self.timeout_s + 5)
         except concurrent.futures.TimeoutError:
             future.cancel()
-            return f"no answer from the MCP server {command.server} within {self.timeout_s:g} s (--exec-timeout)", False
-        except BaseException as exc:
+            return timeout, False, True
+        except Exception as exc:  # noqa: BLE001 -- whatever the SDK raised is the observation
+            failure = _failure(exc)
+            if "timed out" in failure.lower():
+                return timeout, False, True
+            if "connection closed" in failure.lower() or (server.done is not None and server.done.done()):
+                server.gone = "its connection closed: the server exited"
+                server.session = None
+                self._stop(server)
+                return (f"the MCP server {command.server} is gone ({server.gone}); its tools cannot be used for the "
+                        "rest of this run.", False, True)
+            return f"the call failed: {failure}", False, True
+        finally:
             future.cancel()
-            if not isinstance(exc, Exception):
-                raise
-            if server.done is not None and server.done.done():
-                return (f"the MCP server {command.server} is gone ({server.gone}{self._last_words(server)})", False)
-            return f"the call failed: {_failure(exc)}", False
-        if getattr(result, "result_type", "complete") not in (None, "complete") and not hasattr(result, "content"):
-            return f"the server answered with a {result.result_type} result, which miniagi cannot use", False
-        return result_text(result), not getattr(result, "is_error", False)
+        if not hasattr(result, "content"):
+            kind = getattr(result, "result_type", type(result).__name__)
+            return f"the server answered with a {kind} result, which miniagi cannot use.", False, True
+        return result_text(result), not getattr(result, "is_error", False), False
 
     def _stop(self, server: _Server) -> None:
         if self.loop is not None and server.stop is not None:
@@ -552,13 +565,13 @@ class RecordedMcp:
     def call(self, command: McpCommand, args: dict) -> Outcome:
         queue = self.calls.get(command.name)
         if not queue:
-            text, ok = "replay: the recording holds no result for this call", False
+            text, ok, own = "replay: the recording holds no result for this call.", False, True
         else:
             recorded = queue.pop(0)
-            text, ok = str(recorded.get("result", "")), bool(recorded.get("ok"))
+            text, ok, own = str(recorded.get("result", "")), bool(recorded.get("ok")), bool(recorded.get("own"))
         if self.record is not None:
-            self.record(command, args, text, ok)
-        return outcome(command, text, ok)
+            self.record(command, args, text, ok, own)
+        return outcome(command, text, ok, own)
 
     def close(self) -> None:
         unregister(self.commands)
