@@ -266,7 +266,7 @@ class Settings:
     def from_dict(cls, data: Mapping[str, Any]) -> "Settings":
         known = {f.name for f in fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
-        for name in ("pass_env", "sandbox_allow"):
+        for name in ("pass_env", "sandbox_allow", "mcp_config"):
             if isinstance(values.get(name), list):
                 values[name] = tuple(values[name])
         return cls(**values)
