@@ -56,6 +56,13 @@ def trace_of(home: Path, index: int = -1) -> list[dict]:
     return [json.loads(line) for line in (run_dirs(home)[index] / "trace.jsonl").read_text().split("\n") if line]
 
 
+def trace_for(home: Path, objective: str) -> list[dict]:
+    """The trace of the run of this objective (run ids made in one second do not sort by time)."""
+    (found,) = [trace for trace in (trace_of(home, i) for i in range(len(run_dirs(home))))
+                if trace[0].get("objective") == objective]
+    return found
+
+
 def observations(trace: list[dict]) -> dict[int, str]:
     return {e["step"]: e["text"] for e in trace if e["type"] == "observation"}
 
@@ -262,7 +269,8 @@ def test_replay_starts_no_server_and_answers_with_the_recorded_results(cli, llm,
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["reproduced"] and report["model_calls"] == 0, report
-    replayed = trace_of(isolated.home, -1)
+    (replayed,) = [trace_of(isolated.home, i) for i in range(len(run_dirs(isolated.home)))
+                   if trace_of(isolated.home, i)[0].get("replay_of") == original.name]
     assert [e["command"] for e in replayed if e["type"] == "mcp_call"] == ["time__get_current_time",
                                                                            "git__git_status"]
 
@@ -285,7 +293,7 @@ def test_a_chat_keeps_its_servers_for_every_objective(cli, llm, isolated, tmp_pa
     proc = cli("chat", "-y", "--mcp-config", probe_config(tmp_path), input="add one and one\nadd two and two\n")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["two", "four"]
-    assert "\n4\n" in observations(trace_of(isolated.home, -1))[1]
+    assert "\n4\n" in observations(trace_for(isolated.home, "add two and two"))[1]
 
 
 def test_a_streamable_http_server_is_reached_by_its_url(cli, llm, isolated, tmp_path):
@@ -311,3 +319,38 @@ def test_a_streamable_http_server_is_reached_by_its_url(cli, llm, isolated, tmp_
     finally:
         server.terminate()
         server.wait(10)
+
+
+def test_at_a_terminal_the_person_trusts_mcp_json_and_approves_each_call(llm, isolated):
+    from .test_interactive import run_in_terminal
+
+    (isolated.work / ".mcp.json").write_text(json.dumps({"mcpServers": {"probe": {"command": sys.executable,
+                                                                                  "args": [PROBE]}}}))
+    llm.add(act("probe__add", '{"a": 3, "b": 4}'), act("probe__add", '{"a": 30, "b": 40}'), act("done", "ok"))
+    env = dict(__import__("os").environ, OPENAI_BASE_URL=llm.url, OPENAI_API_KEY="sk-test-key-123456",
+               MINIAGI_MEMORY_SCOPE="off")
+    proc = run_in_terminal(llm, isolated, "y\nn\ny\n", "add", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "asks to start MCP servers" in proc.stderr and '{"a": 3, "b": 4}' in proc.stderr
+    seen = observations(trace_of(isolated.home))
+    assert "refused" in seen[1].lower() and "\n70\n" in seen[2]
+    trusted = json.loads((isolated.home / "trusted-env.json").read_text())
+    assert "mcpServers" in trusted[str((isolated.work / ".mcp.json").resolve())]
+
+
+def test_the_python_api_starts_the_servers_again_for_a_second_run(isolated, tmp_path):
+    from miniagi import Agent, ScriptedModel, Settings
+    from miniagi.commands import COMMANDS
+
+    model = ScriptedModel([act("probe__add", '{"a": 1, "b": 2}'), act("done", "3"),
+                           act("probe__add", '{"a": 3, "b": 4}'), act("done", "7")])
+    agent = Agent(Settings(yes=True, unattended=True, workdir=str(isolated.work), home=str(isolated.home),
+                           memory_scope="off",
+                           mcp_config=(probe_config(tmp_path),)), model=model, quiet=True)
+    try:
+        assert agent.run("first").answer == "3" and "probe__add" not in COMMANDS  # stopped with the run
+        assert agent.run("second").answer == "7"
+    finally:
+        agent.close()
+    assert "\n7\n" in observations(trace_for(isolated.home, "second"))[1]
+    assert not [name for name in COMMANDS if "__" in name]
