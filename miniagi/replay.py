@@ -71,8 +71,8 @@ class Recording:
         others: dict[str, list[Response]] = {}
         observations, commands, status, mcp_calls = {}, {}, None, []
         for event in typed:
-            if isinstance(event, ev.Unknown) and event.name == "mcp_call":
-                mcp_calls.append(event.extra)
+            if isinstance(event, ev.McpCall):
+                mcp_calls.append(event.to_json())
             if isinstance(event, ev.ModelCall) and event.role == "agent":
                 agent_calls[event.step] = Response.of(event)
             elif isinstance(event, ev.ModelCall):

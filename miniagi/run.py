@@ -300,8 +300,8 @@ class Run:
 
     def record_mcp_call(self, command, arguments: dict, result: str, ok: bool, own: bool) -> None:
         """An MCP tool's result, as the server gave it, in the trace: what `replay` answers the call with."""
-        self.emit(ev.Unknown(step=self.state.step, name="mcp_call", extra={
-            "command": command.name, "arguments": arguments, "result": result, "ok": ok, "own": own}))
+        self.emit(ev.McpCall(step=self.state.step, command=command.name, arguments=arguments, result=result, ok=ok,
+                             own=own))
 
     def observe(self, action: Decision, outcome: Outcome) -> None:
         """The outcome becomes the step's observation (emitted); its notes and memories are stored. A final answer
