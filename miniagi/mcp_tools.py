@@ -178,9 +178,12 @@ class McpCommand(Command):
         return f"{self.name}({', '.join(parts)})" + (" -> str" if returns else "")
 
     def schema(self) -> dict:
-        schema = dict(self.input_schema) if isinstance(self.input_schema, dict) else {}
-        schema.setdefault("type", "object")
-        schema.setdefault("properties", {})
+        """The tool's input schema, less its titles (a label per property that the names say already: tokens sent
+        with every request of the tools format)."""
+        schema = {k: v for k, v in self.input_schema.items() if k != "title"}
+        schema["type"] = "object"
+        schema["properties"] = {name: {k: v for k, v in spec.items() if k != "title"}
+                                if isinstance(spec, dict) else spec for name, spec in self.properties.items()}
         return schema
 
     def placeholders(self) -> dict:
@@ -238,6 +241,18 @@ class McpCommand(Command):
 
     def __call__(self, workspace, args: dict) -> Outcome:
         return self.run(self, args)
+
+
+def python_note() -> str:
+    """What the system prompt says of the MCP tools inside execute_python (their list is the commands' own)."""
+    tools = [c for c in COMMANDS.values() if isinstance(c, McpCommand)]
+    if not tools:
+        return ""
+    example = next((c for c in tools if c.placeholders()), tools[0])
+    arguments = ", ".join(f"{name}={json.dumps(value, ensure_ascii=False)}"
+                          for name, value in example.placeholders().items())
+    return (f"; and each MCP tool (the SERVER__TOOL commands), its JSON keys as keyword arguments, returning the "
+            f"result's text, e.g. {example.name}({arguments})")
 
 
 def _python_type(spec) -> str:
@@ -394,6 +409,13 @@ class McpTools:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="mcp", daemon=True)
         self.thread.start()
+        try:
+            self._start()
+        except BaseException:  # interrupted while the servers start: none is left running
+            self.close()
+            raise
+
+    def _start(self) -> None:
         self.servers = {spec.prefix: _Server(spec) for spec in self.specs}
         for server in self.servers.values():
             server.log = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")

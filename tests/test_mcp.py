@@ -138,8 +138,8 @@ def test_python_code_calls_the_tools_as_functions_with_keyword_arguments(cli, ll
     llm.add(act("execute_python", code), act("done", "ok"))
     proc = cli("-y", "--mcp-config", git_and_time(tmp_path, repo), "Use the tools from Python")
     assert proc.returncode == 0, proc.stderr
-    assert "time__get_current_time(timezone: str) -> str" in system_prompt(llm)
-    assert "git__git_log(repo_path: str, max_count: int = 10," in system_prompt(llm)
+    assert ("and each MCP tool (the SERVER__TOOL commands), its JSON keys as keyword arguments, returning the "
+            'result\'s text, e.g. git__git_status(repo_path="…")') in system_prompt(llm)
     seen = observations(trace_of(isolated.home))[1]
     assert "zone Asia/Tokyo" in seen and "\nTrue\n" in seen
     # printed whole, a result shows between the untrusted-data fence lines
