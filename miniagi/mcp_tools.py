@@ -353,10 +353,10 @@ def outcome(command: McpCommand, text: str, ok: bool, own: bool = False) -> Outc
         tail = rest.rpartition("\n")[2]
         # code gets the text itself; printed, it shows between the fence's lines (as read(source) does)
         return Outcome(fenced, data={"text": text, "fence": [head + "\n", "\n" + tail]})
-    if own:
-        return Outcome(f"{command.name} failed: {text}")
-    return Outcome(f"{command.name} failed: " + (untrusted(f"error of {command.tool} from the MCP server "
-                                                            f"{command.server}", text) if text else "no reason given"))
+    said = text if own else untrusted(f"error of {command.tool} from the MCP server {command.server}", text) \
+        if text else "no reason given"
+    # code that called the tool gets an exception (ToolError) with these words
+    return Outcome(f"{command.name} failed: {said}", data={"error": f"{command.name} failed: {said}"})
 
 
 def _failure(exc: BaseException) -> str:

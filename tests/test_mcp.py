@@ -150,7 +150,10 @@ def test_python_code_calls_the_tools_as_functions_with_keyword_arguments(cli, ll
 
 # --- failures are observations ------------------------------------------------------------------------------------
 def test_a_tool_error_a_timeout_and_a_server_that_exits_are_observations(cli, llm, isolated, tmp_path):
-    llm.add(act("probe__add", '{"a": 2, "b": 40}'),
+    code = ("try:\n    probe__fail(reason='from code')\nexcept Exception as error:\n"
+            "    print(type(error).__name__, 'probe__fail failed' in str(error))\nprint(probe__add(a=1, b=2))")
+    llm.add(act("execute_python", code),
+            act("probe__add", '{"a": 2, "b": 40}'),
             act("probe__fail", '{"reason": "no pelicans today"}'),
             act("probe__add", "not json at all"),
             act("probe__slow", '{"seconds": 30}'),
@@ -164,6 +167,8 @@ def test_a_tool_error_a_timeout_and_a_server_that_exits_are_observations(cli, ll
     assert proc.stdout.strip().endswith("survived") and "Traceback" not in proc.stderr
     assert time.monotonic() - started < 25  # the slow call was abandoned at the time limit
     seen = observations(trace_of(isolated.home))
+    assert "ToolError True\n" in seen[1] and "\n3" in seen[1]  # from code, a tool's error is an exception
+    seen = {step - 1: text for step, text in seen.items() if step > 1}  # then the model's own calls
     assert FENCE + " add from the MCP server probe" in seen[1] and "\n42\n" in seen[1]
     assert seen[2].startswith("probe__fail failed: <<<UNTRUSTED DATA: error of fail")
     assert "probe__add needs its arguments as one JSON object; nothing was done" in seen[3]

@@ -296,6 +296,8 @@ def make_tool(spec: dict, requests, responses):
         data = answer.get("data")
         if isinstance(data, list):
             return [SearchResult(**item) for item in data]
+        if isinstance(data, dict) and "error" in data:  # the command failed (an MCP tool's error)
+            raise ToolError(data["error"])
         if isinstance(data, dict):
             return SourceText(data["text"], data["fence"])
         return answer.get("result", "")
