@@ -53,6 +53,12 @@ def picture() -> list:
 
 
 @server.tool()
+def big(lines: int) -> str:
+    """As many numbered lines of text as asked."""
+    return "\n".join(f"line {i} of the long result" for i in range(lines))
+
+
+@server.tool()
 def secret() -> str:
     """Tells the value of the PROBE_SECRET environment variable."""
     return f"the secret is {os.environ.get('PROBE_SECRET', 'unset')}"

@@ -179,6 +179,34 @@ def test_a_tool_error_a_timeout_and_a_server_that_exits_are_observations(cli, ll
     assert "the MCP server probe is not available" in seen[7]
 
 
+def test_a_result_is_bounded_and_redacted_and_the_server_stops_with_the_run(cli, llm, isolated, tmp_path):
+    key = "sk-test-key-123456"  # the endpoint's key (the cli fixture's): a secret wherever it appears
+    llm.add(act("probe__secret", "{}"), act("probe__big", '{"lines": 50000}'),
+            act("execute_python", "print(probe__secret())"), act("done", "ok"))
+    proc = cli("-y", "--mcp-config", probe_config(tmp_path, PROBE_SECRET=key), "Tell the secret")
+    assert proc.returncode == 0, proc.stderr
+    seen = observations(trace_of(isolated.home))
+    assert "the secret is" in seen[1] and "the secret is" in seen[3]
+    assert key not in (run_dirs(isolated.home)[0] / "trace.jsonl").read_text()
+    assert key not in json.dumps(llm.agent_requests()) and key not in proc.stdout + proc.stderr
+    assert "line 0 of the long result" in seen[2] and len(seen[2]) < 20_000  # 1.5 MB of text, bounded
+    assert not running(PROBE)
+
+
+def running(script: str) -> list:
+    """This process's descendants that run the script."""
+    import psutil
+
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if script in child.cmdline() and child.status() != psutil.STATUS_ZOMBIE:
+                found.append(child)
+        except psutil.Error:  # gone meanwhile
+            continue
+    return found
+
+
 def test_a_tool_asks_for_approval_like_execute_and_is_refused_with_no_one_to_ask(cli, llm, isolated, tmp_path):
     llm.add(act("probe__add", '{"a": 2, "b": 2}'), act("done", "not allowed"))
     proc = cli("--mcp-config", probe_config(tmp_path), "Add")
