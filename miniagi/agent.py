@@ -205,12 +205,17 @@ class Agent:
             raise ConfigError(str(exc)) from None
 
     def step_record(self, number: int, thought: str, command: str, arg: str, observation: str,
-                    raw_reply: str = "", notes: tuple = ()) -> StepRecord:
-        """A step as the context shows it: every part within the per-item budget."""
+                    raw_reply: str = "", notes: tuple = (), args: dict | None = None) -> StepRecord:
+        """A step as the context shows it: every part within the per-item budget (the arguments' texts sharing
+        it)."""
         limit = self.budget.item
+        if args is not None:
+            texts = [v for v in args.values() if isinstance(v, str)]
+            share = max(20, limit // max(1, len(texts)))
+            args = {k: truncate_middle(v, self.counter, share) if isinstance(v, str) else v for k, v in args.items()}
         return StepRecord(number, truncate_middle(thought, self.counter, limit), command,
                           truncate_middle(arg, self.counter, limit), truncate_middle(observation, self.counter, limit),
-                          raw_reply=truncate_middle(raw_reply, self.counter, limit), notes=notes)
+                          raw_reply=truncate_middle(raw_reply, self.counter, limit), notes=notes, args=args)
 
 
 

@@ -26,7 +26,7 @@ import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 from .commands import COMMANDS, Command, Outcome, Parameter, untrusted
 from .config import ConfigError
@@ -36,7 +36,7 @@ STOP_TIMEOUT_S = 10.0
 MAX_RESULT_CHARS = 200_000  # what one result may hold before the observation's own bound (cap_text)
 WORKDIR_FILE = ".mcp.json"
 TRUST_KEY = "mcpServers"
-BAD_ARGUMENTS = "\x00text"  # the key under which a text that is not a JSON object is kept (see McpCommand.missing)
+BAD_ARGUMENTS = "<text>"  # the key under which a text that is not a JSON object is kept (see McpCommand.missing)
 PYTHON_TYPES = {"string": "str", "integer": "int", "number": "float", "boolean": "bool", "array": "list",
                 "object": "dict"}
 
@@ -153,6 +153,7 @@ class McpCommand(Command):
     server: str = ""
     tool: str = ""
     input_schema: dict = field(default_factory=dict, compare=False)
+    json_argument: ClassVar[bool] = True
 
     @property
     def properties(self) -> dict:

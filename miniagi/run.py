@@ -13,7 +13,7 @@ import shutil
 import signal
 import threading
 import traceback
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from memory.run_memory import RunMemory
@@ -31,6 +31,7 @@ from .redaction import redact_data
 from .state import RunState
 from .ui import plural
 from .stops import EXIT_CODES, Ending, LimitReached, Stop, Stuck, Submitted, TooManyFormatErrors, ending_for
+from .websearch import SearchResult
 from .workspace import RunWorkspace
 
 if TYPE_CHECKING:
@@ -76,6 +77,9 @@ class Run:
         self.workspace.step = lambda: self.state.step
         self.workspace.tool_handler = self.call_tool
         self.workspace.mcp, agent.mcp.record = agent.mcp, self.record_mcp_call  # the servers stop with the workspace
+        if state.last_search and not self.workspace.last_search:  # resumed: a result's number still names its URL
+            self.workspace.last_search = [SearchResult(**result) for result in state.last_search]
+        self.recorded_search = self.workspace.last_search
         self.nested = Outcome()  # notes and memories of the commands code called during this step
         self.alerts: list[str] = []  # for the next prompt only: loop warnings, the note that the run was resumed
         self.isolation: str | None = None  # the sandbox executed code runs in (bwrap, namespace, none)
@@ -215,7 +219,8 @@ class Run:
                 raise TooManyFormatErrors(f"the model broke the reply format {MAX_FORMAT_ERRORS} times in a row "
                                           f"(last problem: {error.problem})") from None
             return None
-        self.emit(ev.Action(step=number, thought=action.thought, command=action.command, arg=action.arg))
+        self.emit(ev.Action(step=number, thought=action.thought, command=action.command, arg=action.arg,
+                            args=action.call))
         return action
 
     def store_might_hold(self) -> bool:
@@ -315,8 +320,12 @@ class Run:
         observation = critic.guard(f"{observation}\n\n{outcome.hint}" if outcome.hint else observation)
         observation = self.agent.redact(observation)
         note = self.agent.redact(action.note)
+        search = None
+        if self.workspace.last_search is not self.recorded_search:  # the step searched: recorded for a resume
+            self.recorded_search = self.workspace.last_search
+            search = redact_data(self.agent.redact, [asdict(result) for result in self.recorded_search])
         self.emit(ev.Observation(step=number, text=f"{observation}\n\n{note}" if note else observation,
-                                 notes=list(outcome.notes), note=note or None))
+                                 notes=list(outcome.notes), note=note or None, search=search))
         notes = [self.memory.item("note", note, number, suffix=str(i) if i else "")
                  for i, note in enumerate(outcome.notes)]
         self.remember(*self.memory.step_items(self.state.steps[-1]), *notes,
