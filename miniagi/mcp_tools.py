@@ -21,6 +21,7 @@ import asyncio
 import concurrent.futures
 import hashlib
 import json
+import keyword
 import re
 import tempfile
 import threading
@@ -196,11 +197,16 @@ class McpCommand(Command):
                 + (f" (optional: {', '.join(optional)})" if optional else ""))
 
     def python_spec(self) -> dict:
-        params = []
+        """Its function for the worker: a keyword argument per property; a property whose name Python cannot take
+        as one ("repo-path", "class") is given through **more."""
+        params, more = [], False
         for name, needed in self._ordered():
+            if not name.isidentifier() or keyword.iskeyword(name):
+                more = True
+                continue
             spec = self.properties[name] if isinstance(self.properties[name], dict) else {}
             params.append([name, _python_type(spec), needed, spec.get("default")])
-        return {"name": self.name, "params": params, "returns": "str", "doc": self.doc, "json": True}
+        return {"name": self.name, "params": params, "returns": "str", "doc": self.doc, "json": True, "more": more}
 
     def text(self, args: dict) -> str:
         if BAD_ARGUMENTS in args:

@@ -387,3 +387,24 @@ def test_the_python_api_starts_the_servers_again_for_a_second_run(isolated, tmp_
         agent.close()
     assert "\n7\n" in observations(trace_for(isolated.home, "second"))[1]
     assert not [name for name in COMMANDS if "__" in name]
+
+
+def test_a_tool_whose_keys_python_cannot_name_takes_them_as_extra_keywords():
+    import inspect
+
+    from miniagi.execution.worker import make_tool
+    from miniagi.mcp_tools import make_commands
+
+    (command,) = make_commands([{"server": "odd", "prefix": "odd", "tool": "Look-Up", "description": "  Looks\n up. ",
+                                 "input_schema": {"type": "object", "required": ["n", "repo-path"], "properties": {
+                                     "class": {"type": "string"}, "n": {"type": "integer"},
+                                     "repo-path": {"type": "string"}, "deep": {"type": "boolean", "default": False}}}}],
+                               call=lambda command, args: None)
+    assert command.name == "odd__look_up" and command.doc == "[MCP server odd] Looks up."
+    assert command.help_argument() == '{"n": 0, "repo-path": "…"} (optional: class, deep)'
+    tool = make_tool(command.python_spec(), None, None)
+    assert str(inspect.signature(tool)) == "(n: int, deep: bool = False, **_other) -> str"
+    assert command.parse('{"n": 3, "repo-path": "."}') == {"n": 3, "repo-path": "."}
+    assert command.missing(command.parse("three")) == ["its arguments as one JSON object"]
+    assert command.missing(command.parse('{"n": 3}')) == ["repo-path"]
+    assert command.arguments({"arguments": {"n": 1, "repo-path": "x"}}) == {"n": 1, "repo-path": "x"}

@@ -266,7 +266,9 @@ def make_tool(spec: dict, requests, responses):
         signature = inspect.Signature(
             [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=JSON_TYPES.get(kind, object),
                                default=inspect.Parameter.empty if required else default)
-             for name, kind, required, default in spec["params"]], return_annotation=str)
+             for name, kind, required, default in spec["params"]]
+            + ([inspect.Parameter("_other", inspect.Parameter.VAR_KEYWORD)] if spec.get("more") else []),
+            return_annotation=str)
     else:
         signature = inspect.Signature(
             [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=TYPES[kind])
@@ -278,6 +280,7 @@ def make_tool(spec: dict, requests, responses):
         bound = signature.bind(*args, **kwargs)
         if spec.get("json"):
             arguments = {name: value for name, value in bound.arguments.items() if value is not None}
+            arguments.update(arguments.pop("_other", {}) if spec.get("more") else {})
         else:
             arguments = {name: value if isinstance(value, str) else
                          [str(item) for item in value] if isinstance(value, (list, tuple)) else str(value)
