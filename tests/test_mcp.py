@@ -73,12 +73,12 @@ def system_prompt(llm) -> str:
 
 # --- the real servers, in each format ---------------------------------------------------------------------------
 def test_tags_the_model_calls_git_and_time_tools_with_one_json_object(cli, llm, isolated, tmp_path, repo):
-    llm.add(act("time__convert_time", '{"source_timezone": "Europe/Paris", "time": "16:30", '
-                                      '"target_timezone": "Asia/Tokyo"}'),
+    llm.add(act("time__convert_time", '{"source_timezone": "Asia/Kolkata", "time": "16:30", '
+                                      '"target_timezone": "Asia/Tokyo"}'),  # neither has summer time
             act("git__git_log", json.dumps({"repo_path": str(repo), "max_count": 1})),
             act("git__git_diff_unstaged", f"```json\n{json.dumps({'repo_path': str(repo)})}\n```"),
             act("done", "converted and read the log"))
-    proc = cli("-y", "--mcp-config", git_and_time(tmp_path, repo), "When is 16:30 Paris in Tokyo? What changed?")
+    proc = cli("-y", "--mcp-config", git_and_time(tmp_path, repo), "When is 16:30 Kolkata in Tokyo? What changed?")
     assert proc.returncode == 0, proc.stderr
     prompt = system_prompt(llm)
     # the tags help: the command, its argument as one JSON object, the server's own description
@@ -86,7 +86,7 @@ def test_tags_the_model_calls_git_and_time_tools_with_one_json_object(cli, llm, 
             'Convert time between timezones') in prompt
     assert "- git__git_log {\"repo_path\": \"…\"} (optional: max_count, start_timestamp, end_timestamp)" in prompt
     seen = observations(trace_of(isolated.home))
-    assert FENCE + " convert_time from the MCP server time" in seen[1] and "00:30" in seen[1]  # +8 hours
+    assert FENCE + " convert_time from the MCP server time" in seen[1] and "T20:00" in seen[1]  # +3.5 hours
     assert "Add the notes of the pelican survey" in seen[2] and FENCE in seen[2]
     assert "+an unstaged second line" in seen[3]
     calls = [e for e in trace_of(isolated.home) if e["type"] == "mcp_call"]
