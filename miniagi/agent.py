@@ -82,6 +82,7 @@ class Agent:
         from .mcp_tools import McpTools
 
         self.mcp = mcp if mcp is not None else McpTools() if offline else McpTools.configured(settings, self.ui)
+        self.redact.include(*(spec.secrets() for spec in getattr(self.mcp, "specs", ())))  # a server's tokens
         self.mcp.start()
         if interactive and not settings.yes:
             self.ui.approved |= {c.name for c in self.mcp.commands if c.needs_approval}

@@ -57,6 +57,14 @@ class ServerSpec:
     def prefix(self) -> str:
         return slug(self.name)
 
+    def secrets(self) -> dict[str, str]:
+        """What the redactor should hide: its env (secret by name or shape) and the credential of an
+        Authorization header or a header named like a secret."""
+        credentials = {f"MCP_{name.upper()}_TOKEN": value.split()[-1] for name, value in self.headers.items()
+                       if value.split() and (name.lower() in ("authorization", "proxy-authorization")
+                                             or re.search(r"key|token|secret|auth", name, re.I))}
+        return {**self.env, **credentials}
+
 
 def slug(name: str) -> str:
     """A name as a command may have it: lower case, letters, digits and _ (check_command lower-cases names)."""

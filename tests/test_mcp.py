@@ -185,10 +185,16 @@ def test_a_result_is_bounded_and_redacted_and_the_server_stops_with_the_run(cli,
             act("execute_python", "print(probe__secret())"), act("done", "ok"))
     proc = cli("-y", "--mcp-config", probe_config(tmp_path, PROBE_SECRET=key), "Tell the secret")
     assert proc.returncode == 0, proc.stderr
-    seen = observations(trace_of(isolated.home))
+    seen = observations(trace_for(isolated.home, "Tell the secret"))
     assert "the secret is" in seen[1] and "the secret is" in seen[3]
-    assert key not in (run_dirs(isolated.home)[0] / "trace.jsonl").read_text()
+    assert key not in json.dumps(trace_for(isolated.home, "Tell the secret"))
     assert key not in json.dumps(llm.agent_requests()) and key not in proc.stdout + proc.stderr
+    # a secret known only to the server's configuration is hidden as well
+    llm.add(act("probe__secret", "{}"), act("done", "ok"))
+    own = "mcp-only-value-98765"
+    assert cli("-y", "--mcp-config", probe_config(tmp_path, PROBE_SECRET=own), "Again").returncode == 0
+    assert "the secret is [REDACTED]" in observations(trace_for(isolated.home, "Again"))[1]
+    assert own not in json.dumps(llm.agent_requests())
     assert "line 0 of the long result" in seen[2] and len(seen[2]) < 20_000  # 1.5 MB of text, bounded
     assert not running(PROBE)
 
