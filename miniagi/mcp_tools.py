@@ -440,8 +440,8 @@ class McpTools:
             try:
                 tools = server.ready.result(START_TIMEOUT_S)
             except concurrent.futures.TimeoutError:
-                self.warn(f"MCP server {server.spec.name} did not start within {START_TIMEOUT_S:g} s: its tools are "
-                          "not available")
+                self.warn(f"MCP server {server.spec.name} did not start within {START_TIMEOUT_S:g} s"
+                          f"{self._last_words(server)}: its tools are not available")
                 self._stop(server)
                 continue
             except BaseException as exc:  # noqa: BLE001 -- whatever the SDK raised, the run goes on without it
