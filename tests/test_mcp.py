@@ -4,6 +4,7 @@ are not text and a server that exits. The model is the scripted endpoint (tests/
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import socket
 import subprocess
@@ -16,8 +17,10 @@ import pytest
 from .conftest import act, run_dirs
 from .fake_llm import Calls
 
-pytest.importorskip("mcp_server_git")
-pytest.importorskip("mcp_server_time")
+# the real servers come with the test extra (pip install -e ".[test]"); the probe server needs only the SDK
+real_servers = pytest.mark.skipif(not (importlib.util.find_spec("mcp_server_git")
+                                       and importlib.util.find_spec("mcp_server_time")),
+                                  reason="mcp-server-git and mcp-server-time are not installed")
 
 PROBE = str(Path(__file__).with_name("mcp_server.py"))
 FENCE = "<<<UNTRUSTED DATA: result of"
@@ -72,6 +75,7 @@ def system_prompt(llm) -> str:
 
 
 # --- the real servers, in each format ---------------------------------------------------------------------------
+@real_servers
 def test_tags_the_model_calls_git_and_time_tools_with_one_json_object(cli, llm, isolated, tmp_path, repo):
     llm.add(act("time__convert_time", '{"source_timezone": "Asia/Kolkata", "time": "16:30", '
                                       '"target_timezone": "Asia/Tokyo"}'),  # neither has summer time
@@ -94,6 +98,7 @@ def test_tags_the_model_calls_git_and_time_tools_with_one_json_object(cli, llm, 
     assert calls[1]["arguments"] == {"repo_path": str(repo), "max_count": 1} and all(c["ok"] for c in calls)
 
 
+@real_servers
 def test_tools_each_tool_is_a_native_tool_with_the_servers_input_schema(cli, llm, isolated, tmp_path, repo):
     llm.add(Calls([("git__git_status", json.dumps({"repo_path": str(repo)}))], "what is the state?"),
             Calls([("time__get_current_time", '{"timezone": "America/New_York"}')]),
@@ -114,6 +119,7 @@ def test_tools_each_tool_is_a_native_tool_with_the_servers_input_schema(cli, llm
     assert call["name"] == "git__git_status" and json.loads(call["arguments"]) == {"repo_path": str(repo)}
 
 
+@real_servers
 def test_json_the_command_is_in_the_enum_and_its_schema_in_the_args(cli, llm, isolated, tmp_path, repo):
     llm.add(json.dumps({"thought": "show the commit", "command": "git__git_show",
                         "args": {"repo_path": str(repo), "revision": "HEAD"}}),
@@ -128,6 +134,7 @@ def test_json_the_command_is_in_the_enum_and_its_schema_in_the_args(cli, llm, is
     assert "Add the notes of the pelican survey" in seen[1] and "+first line" in seen[1]
 
 
+@real_servers
 def test_python_code_calls_the_tools_as_functions_with_keyword_arguments(cli, llm, isolated, tmp_path, repo):
     code = ("import json\n"
             "now = json.loads(time__get_current_time(timezone='Asia/Tokyo'))\n"
@@ -233,7 +240,8 @@ def test_a_server_that_cannot_start_is_one_line_and_the_run_goes_on(cli, llm, is
     said = [line for line in proc.stderr.splitlines() if "broken" in line]
     assert len(said) == 1 and "MCP server broken could not start" in said[0] and "no such tool here" in said[0]
     assert "broken__" not in system_prompt(llm)
-    assert "the secret is kept-in-env" in observations(trace_of(isolated.home))[1]  # the config's env reaches it
+    # the configuration's env reaches the server (and, secret by its name, is redacted from what comes back)
+    assert "the secret is [REDACTED]" in observations(trace_of(isolated.home))[1]
 
 
 def test_a_configuration_that_cannot_be_read_is_refused_in_one_line(cli, llm, tmp_path):
@@ -293,6 +301,7 @@ def test_a_trusted_mcp_json_is_used_until_it_changes(isolated, tmp_path):
 
 
 # --- lifecycle ----------------------------------------------------------------------------------------------------
+@real_servers
 def test_replay_starts_no_server_and_answers_with_the_recorded_results(cli, llm, isolated, tmp_path, repo):
     llm.add(act("time__get_current_time", '{"timezone": "Europe/Paris"}'),
             act("execute_python", f"print(git__git_status(repo_path={str(repo)!r}).splitlines()[0])"),
