@@ -46,11 +46,12 @@ class Agent:
 
     def __init__(self, settings: Settings, *, model: Model | None = None, ui: Terminal | None = None,
                  environ: Mapping[str, str] | None = None, search_backend: SearchBackend | None = None,
-                 quiet: bool = False, offline: bool = False, wait_for_memory: bool = True):
+                 quiet: bool = False, offline: bool = False, wait_for_memory: bool = True, mcp=None):
         """`quiet`: print nothing on stderr (the Python API's choice; the CLI always shows progress). `offline`: the
         agent's own commands reach no network (a replay): web search and URLs are refused. `wait_for_memory=False`:
         a run that ends before the vector store has loaded journals its memories instead of waiting for it (the
-        CLI, whose process ends right after; a program that goes on keeps the default, and its runs end stored)."""
+        CLI, whose process ends right after; a program that goes on keeps the default, and its runs end stored).
+        `mcp`: the MCP tools to use instead of the configured servers' (a replay's recorded ones)."""
         self.settings, self.offline = settings, offline
         self.search_backend = search_backend or DdgsBackend()
         self.environ = dict(os.environ if environ is None else environ)
@@ -78,6 +79,21 @@ class Agent:
         self.counter = counter_for(settings.model)
         self.critic_counter = counter_for(settings.model_for("critic"))
         self.summarizer_counter = counter_for(settings.model_for("summarizer"))
+        # the MCP servers start now: their tools are commands, in the prompt and the schemas built below
+        from .mcp_tools import McpTools
+
+        self.mcp = mcp if mcp is not None else McpTools() if offline else McpTools.configured(settings, self.ui)
+        self.redact.include(*(spec.secrets() for spec in getattr(self.mcp, "specs", ())))  # a server's tokens
+        self.mcp.start()
+        if interactive and not settings.yes:
+            self.ui.approved |= {c.name for c in self.mcp.commands if c.needs_approval}
+        try:
+            self._prepare(settings, model, wait_for_memory)
+        except BaseException:
+            self.mcp.close()
+            raise
+
+    def _prepare(self, settings: Settings, model, wait_for_memory: bool) -> None:
         self.protocol = formats()[settings.protocol]
         # the tools protocol sends its schemas with every request: they are part of the prompt the budget bounds
         tools = self.protocol.request().get("tools")
@@ -92,8 +108,12 @@ class Agent:
                                  counter=self.counter, critic_counter=self.critic_counter,
                                  summarizer_counter=self.summarizer_counter, system=self.system,
                                  vectors=self.vectors, wait_for_memory=wait_for_memory, redact=self.redact,
-                                 environ=self.environ, search_backend=self.search_backend, offline=offline,
-                                 dotenv=self.dotenv)
+                                 environ=self.environ, search_backend=self.search_backend, offline=self.offline,
+                                 dotenv=self.dotenv, mcp=self.mcp)
+
+    def close(self) -> None:
+        """Stop what outlives a run: the MCP servers (a run's end stops them too; this is for a start that failed)."""
+        self.mcp.close()
 
     # --- starting and resuming -------------------------------------------------------------------------------
     def run(self, objective: str, origin: dict | None = None, follows: str | None = None) -> RunResult:
@@ -127,7 +147,8 @@ class Agent:
         run.emit(ev.RunStart(time=now_iso(), run_id=record.run_id, objective=objective,
                              settings={**self.settings.to_dict(), "workdir": str(self.settings.workdir_path)},
                              follows=previous, background=background,
-                             extra=dict(origin or {})))
+                             extra={**(origin or {}),
+                                    **({"mcp_tools": self.mcp.definitions} if self.mcp.definitions else {})}))
         return run
 
     def background(self, run_id: str, python_kept: bool = False) -> str:

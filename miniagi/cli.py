@@ -223,7 +223,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         from .agent import Agent
 
         agent = Agent(settings, wait_for_memory=False)  # the process ends after it
-    result = agent.run(objective, follows=_followed(args, agent.store, settings.workdir_path))
+    try:
+        result = agent.run(objective, follows=_followed(args, agent.store, settings.workdir_path))
+    finally:
+        agent.close()
     return _finish(result, args.json)
 
 
@@ -251,9 +254,10 @@ def cmd_chat(args: argparse.Namespace) -> int:
         from .agent import Agent
 
         agent = Agent(settings, wait_for_memory=False)  # the process ends after it
-    previous, workspace, code = _followed(args, agent.store, settings.workdir_path), None, 0
+    workspace, code = None, 0
     interactive = sys.stdin is not None and sys.stdin.isatty()
     try:
+        previous = _followed(args, agent.store, settings.workdir_path)
         while True:
             if interactive:
                 print("› ", end="", file=sys.stderr, flush=True)
@@ -272,6 +276,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     finally:
         if workspace is not None:
             workspace.close()
+        agent.close()
     return code
 
 
@@ -293,7 +298,10 @@ def cmd_resume(args: argparse.Namespace) -> int:
     said = [text for name, text in differences.items() if name not in overrides and name != "home"]
     if said:
         agent.ui.warn("not taken from the run's trace: " + "; ".join(said) + " (give an option to choose)")
-    result = agent.resume(args.run_id)
+    try:
+        result = agent.resume(args.run_id)
+    finally:
+        agent.close()
     return _finish(result, args.json)
 
 

@@ -19,7 +19,7 @@ import json
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Callable, ClassVar, Protocol
 
 from .sources import SourceError, is_url
 from .ui import plural
@@ -139,6 +139,15 @@ class Command:
         arguments = ", ".join(f"{p.name}: {p.type}" for p in self.parameters)
         return f"{self.name}({arguments})" + (f" -> {self.returns}" if returns else "")
 
+    # its argument is one JSON object whatever its parameters (an MCP tool's, miniagi/mcp_tools.py): the tags
+    # format writes it as JSON, and the command reads it itself (its `parse`, `text`, `placeholders`)
+    json_argument: ClassVar[bool] = False
+
+    def python_spec(self) -> dict:
+        """Its function inside execute_python, for the Python worker: name, typed parameters, return type, doc."""
+        return {"name": self.name, "params": [[p.name, p.type] for p in self.parameters], "returns": self.returns,
+                "doc": self.doc}
+
     def schema(self) -> dict:
         """Its arguments as a JSON schema: one typed property per parameter, all required."""
         return {"type": "object", "properties": {p.name: p.schema() for p in self.parameters},
@@ -195,8 +204,7 @@ def actions() -> list[Command]:
 def python_tools() -> list[dict]:
     """The commands code can call from execute_python, for the Python worker: name, typed parameters, return
     type and what it does."""
-    return [{"name": c.name, "params": [[p.name, p.type] for p in c.parameters], "returns": c.returns,
-             "doc": c.doc} for c in COMMANDS.values() if c.python]
+    return [c.python_spec() for c in COMMANDS.values() if c.python]
 
 
 def code_commands() -> frozenset[str]:

@@ -201,6 +201,10 @@ class Settings:
         metavar="PATH", repeatable=True)
     no_network: bool = option(False, parse_bool, "executed code gets no network (the agent's own commands still "
                               "reach the model, search and URLs)")
+    mcp_config: tuple[str, ...] = option(
+        (), parse_paths, "a JSON file of MCP servers ({\"mcpServers\": {NAME: {command, args, env} or {url}}}) whose "
+        "tools become commands (see docs/mcp.md); repeatable, comma-separated in the environment", metavar="FILE",
+        repeatable=True)
     pass_env: tuple[str, ...] = option(
         (), parse_names, "an environment variable executed code may see, besides the harmless ones it always sees "
         "(PATH, LANG, LC_*, TERM, TZ, proxies); repeatable, comma-separated in the environment", metavar="NAME",
@@ -259,7 +263,7 @@ class Settings:
     def from_dict(cls, data: Mapping[str, Any]) -> "Settings":
         known = {f.name for f in fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
-        for name in ("pass_env", "sandbox_allow"):
+        for name in ("pass_env", "sandbox_allow", "mcp_config"):
             if isinstance(values.get(name), list):
                 values[name] = tuple(values[name])
         return cls(**values)

@@ -181,6 +181,18 @@ class Resume(Event):
 
 
 @dataclass
+class McpCall(Event):
+    """An MCP tool's result as the server gave it (miniagi/mcp_tools.py): what `replay` answers the call with."""
+
+    type: ClassVar[str] = "mcp_call"
+    command: str = ""
+    arguments: dict = field(default_factory=dict)
+    result: str = ""
+    ok: bool = True
+    own: bool = False  # the result's words are miniagi's (a timeout, a server gone), not the server's
+
+
+@dataclass
 class RunEnd(Event):
     type: ClassVar[str] = "run_end"
     time: str = ""
@@ -200,7 +212,8 @@ class Unknown(Event):
 
 
 EVENT_TYPES: tuple[type[Event], ...] = (RunStart, ModelCall, Action, Observation, FormatError, SummaryFolded, Recall,
-                                        CriticReview, CriticVerdict, LoopWarning, Isolation, Error, Resume, RunEnd)
+                                        CriticReview, CriticVerdict, LoopWarning, Isolation, Error, Resume, RunEnd,
+                                        McpCall)
 _BY_TYPE = {cls.type: cls for cls in EVENT_TYPES if cls.type != "critic"}
 
 

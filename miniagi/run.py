@@ -63,11 +63,15 @@ class Run:
         # a chat hands each run the workspace of the one before (its Python session goes on) and keeps the one its
         # first run makes (keep_workspace): the run closes only a workspace it made and was not asked to keep
         self.owns_workspace = workspace is None and not keep_workspace
+        if workspace is None and services.mcp is not None:  # servers a run before stopped (the Python API's)
+            services.mcp.start()
         self.workspace = workspace or RunWorkspace(self.settings, ui=services.ui, environ=services.environ,
                                                    budget=services.budget, search_backend=services.search_backend,
                                                    counter=services.summarizer_counter, offline=services.offline)
         self.workspace.attach(memory=self.memory, summarize=self.summarize, step=lambda: self.state.step,
                               tool_handler=self.call_tool)
+        if services.mcp is not None:  # the servers stop with the workspace (a chat's, at its end)
+            self.workspace.mcp, services.mcp.record = services.mcp, self.record_mcp_call
         if state.last_search and not self.workspace.last_search:  # resumed: a result's number still names its URL
             self.workspace.last_search = [SearchResult(**result) for result in state.last_search]
         self.recorded_search = self.workspace.last_search
@@ -308,6 +312,11 @@ class Run:
         self.nested.hint = _hints(self.nested.hint, outcome.hint)
         text = self.services.redact(cap_text(outcome.observation, self.services.budget.item_chars))
         return {"result": text, "data": redact_data(self.services.redact, outcome.data)}
+
+    def record_mcp_call(self, command, arguments: dict, result: str, ok: bool, own: bool) -> None:
+        """An MCP tool's result, as the server gave it, in the trace: what `replay` answers the call with."""
+        self.emit(ev.McpCall(step=self.state.step, command=command.name, arguments=arguments, result=result, ok=ok,
+                             own=own))
 
     def observe(self, action: Decision, outcome: Outcome) -> None:
         """The outcome becomes the step's observation (emitted); its notes and memories are stored. Output that

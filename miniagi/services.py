@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from memory.tokens import TokenCounter
 
     from .config import Settings
+    from .mcp_tools import McpTools
     from .model import Model, PriceTable
     from .protocols import ReplyFormat
     from .redaction import Redactor
@@ -44,3 +45,4 @@ class Services:
     search_backend: SearchBackend
     offline: bool  # a replay's: the agent's own commands reach no network
     dotenv: DotenvGuard  # says when a .env changed during a run
+    mcp: McpTools | None = None  # the MCP servers whose tools are commands (miniagi/mcp_tools.py)

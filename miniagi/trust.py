@@ -26,8 +26,10 @@ from .config import OPTIONS_BY_NAME, ConfigError, Settings, _from_layer, read_do
 
 ENDPOINT_NAMES = ("OPENAI_BASE_URL", "OPENAI_API_BASE", "OPENAI_API_KEY")  # where requests go, with which key
 # where data goes, what executed code sees or may reach, whether a person approves, where runs are kept
+# (mcp_config: the servers it names are programs run outside the sandbox)
 WIDENING = tuple(name for name in ("pass_env", "memory_url", "embedding_model", "prices", "yes", "home", "sandbox",
-                                   "sandbox_allow", "no_network") if name in {f.name for f in fields(Settings)})
+                                   "sandbox_allow", "no_network", "mcp_config")
+                 if name in {f.name for f in fields(Settings)})
 LIMITS = ("max_cost", "max_calls", "exec_timeout", "exec_memory", "exec_disk")  # 0 means no limit (max_cost)
 SANDBOX_STRENGTH = {"none": 0, "namespace": 1, "bwrap": 2, "auto": 2}  # auto: the strongest that works
 # what a .env may set without the user's yes: which model is asked, and how — all of it at the endpoint and within

@@ -56,6 +56,7 @@ class RunWorkspace:
         self.step: Callable[[], int] = lambda: 0
         # runs a command that code in execute_python called as a function
         self.tool_handler: Callable[[str, str], dict] | None = None
+        self.mcp = None  # the run's MCP servers (mcp_tools.McpTools): they live as long as this workspace
 
     def attach(self, *, memory: RunMemory, summarize: Callable[[str], str], step: Callable[[], int],
                tool_handler: Callable[[str, str], dict]) -> None:
@@ -95,3 +96,5 @@ class RunWorkspace:
 
     def close(self) -> None:
         self.execution.close()
+        if self.mcp is not None:
+            self.mcp.close()

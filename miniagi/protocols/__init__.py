@@ -208,4 +208,6 @@ def _as_text(value) -> str:
 
 def placeholders(command: Command) -> dict:
     """Its arguments as placeholders: {"question": "…", "sources": ["…"]}."""
+    if command.json_argument:
+        return command.placeholders()
     return {p.name: ["…"] if p.is_list else "…" for p in command.parameters}

@@ -24,6 +24,8 @@ _ITEM = re.compile(r"\S*[./:\d]\S*")  # a list item in the text form: a path, a 
 # --- the text form of a command's arguments: the only place where they are joined with "|" ------------------------
 def join_args(command: Command, args: dict) -> str:
     """The arguments as one text, joined with "|" (a list's items each after its own |)."""
+    if command.json_argument:  # one JSON object (an MCP tool's)
+        return command.text(args)
     parts = []
     for parameter in command.parameters:
         value = args.get(parameter.name)
@@ -36,6 +38,8 @@ def split_args(command: Command, text: str) -> dict:
     """The arguments of a text form. One parameter takes the whole text. Several are split at "|": a closing list
     takes the trailing parts that look like paths, URLs or result numbers (at least the last part), and the first
     parameter takes whatever is left over, so it may itself contain a "|"."""
+    if command.json_argument:
+        return command.parse(text)
     text = text.strip()
     if not text or not command.parameters:
         return {}
@@ -58,6 +62,8 @@ def split_args(command: Command, text: str) -> dict:
 
 def placeholders(command: Command) -> str:
     """How the tags help names the arguments: QUESTION|SOURCE[|…] (a list's items each after its own |)."""
+    if command.json_argument:  # {"repo_path": "…"} (optional: max_count)
+        return command.help_argument()
     return "|".join(f"{p.name.upper().removesuffix('S')}[|…]" if p.is_list else p.name.upper()
                     for p in command.parameters)
 
