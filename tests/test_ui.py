@@ -165,9 +165,12 @@ def browser():
 
 
 def wait_for(condition, what: str):
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(None, 60, poll_frequency=0.1).until(lambda _: condition(), message=what)
+    # a live page swaps parts of itself: an element found a moment ago may be gone; look again
+    return WebDriverWait(None, 60, poll_frequency=0.1, ignored_exceptions=(
+        StaleElementReferenceException, NoSuchElementException)).until(lambda _: condition(), message=what)
 
 
 def test_in_a_browser_a_running_run_gains_steps_without_reloading(cli, llm, isolated, ui, browser, tmp_path):

@@ -135,22 +135,34 @@ class ControlledTerminal(Terminal):
 
     @contextlib.contextmanager
     def receiving(self, role: str):
-        """The agent's reply, as it streams, is also written for the page (a few times a second)."""
+        """The agent's reply, as it streams, is also written for the page (a few times a second, and whenever
+        it pauses)."""
         with super().receiving(role) as shown:
             if role != "agent":
                 yield shown
                 return
-            pieces, last = [], [0.0]
+            pieces: list[str] = []
+            written = [0]
+            done = threading.Event()
+
+            def flush() -> None:
+                if len(pieces) != written[0]:
+                    written[0] = len(pieces)
+                    self.channel.stream(self.redact("".join(pieces)))
+
+            def writer() -> None:
+                while not done.wait(STREAM_EVERY_S):
+                    flush()
 
             def on_piece(piece: str) -> None:
                 shown(piece)
                 pieces.append(piece)
-                now = time.monotonic()
-                if now - last[0] >= STREAM_EVERY_S:
-                    last[0] = now
-                    self.channel.stream(self.redact("".join(pieces)))
 
+            thread = threading.Thread(target=writer, name="stream-to-ui", daemon=True)
+            thread.start()
             try:
                 yield on_piece
             finally:
+                done.set()
+                thread.join()
                 self.channel.stream("")

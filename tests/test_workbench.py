@@ -1,0 +1,265 @@
+"""`miniagi ui` as a workbench, in a real headless Chromium: start a run, approve a command and refuse another with
+feedback, answer a question, follow up, stop and resume, a chat that keeps its Python; and the lock (token, cookie,
+cross-origin POSTs). Each run the page starts is a real `python -m miniagi` process against the fake model.
+
+With MINIAGI_SCREENSHOTS=1 the browser's screenshots are saved into docs/img/ (workbench-*.png)."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import pytest
+
+from .conftest import act, run_dirs
+from .fake_llm import Hang, Stream
+from . import test_ui
+from .test_ui import free_port, serve_ui, wait_for
+
+browser = test_ui.browser  # the suite's headless Chromium (a fixture)
+
+DOCS_IMG = Path(__file__).resolve().parent.parent / "docs" / "img"
+
+
+def shot(driver, name: str) -> None:
+    if os.environ.get("MINIAGI_SCREENSHOTS"):
+        DOCS_IMG.mkdir(parents=True, exist_ok=True)
+        driver.save_screenshot(str(DOCS_IMG / f"workbench-{name}.png"))
+
+
+@pytest.fixture
+def bench(isolated, llm):
+    """The UI over the test's home, allowed to start runs in its work folder, against the fake model."""
+    env = dict(os.environ, OPENAI_BASE_URL=llm.url, OPENAI_API_KEY="sk-test-key-123456", MINIAGI_MEMORY_SCOPE="off")
+    with serve_ui(isolated.home, workdirs=[isolated.work], environ=env) as url:
+        yield url
+
+
+def button(driver, label: str):
+    from selenium.webdriver.common.by import By
+
+    return driver.find_element(By.XPATH, f"//button[normalize-space()='{label}']")
+
+
+def present(driver, xpath: str) -> bool:
+    from selenium.webdriver.common.by import By
+
+    return bool(driver.find_elements(By.XPATH, xpath))
+
+
+def text_of(driver, element_id: str) -> str:
+    """An element's text as shown, read in one go (the live page replaces parts of itself as it polls)."""
+    return driver.execute_script("const e = document.getElementById(arguments[0]); return e ? e.innerText : ''",
+                                 element_id)
+
+
+def events_text(driver) -> str:
+    return text_of(driver, "events")
+
+
+def status(driver) -> str:
+    return text_of(driver, "status")
+
+
+def on_run_page(driver) -> str:
+    """The run id of the page the browser is on, once it is a run's page."""
+    wait_for(lambda: "/runs/" in driver.current_url, "the page moves on to the run")
+    return driver.current_url.rsplit("/runs/", 1)[1]
+
+
+def type_into(driver, name: str, text: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    field = driver.find_element(By.NAME, name)
+    field.clear()
+    field.send_keys(text)
+
+
+def start(driver, url, objective: str, *, yes: bool = False, chat: bool = False) -> str:
+    from selenium.webdriver.common.by import By
+
+    driver.get(f"{url}/")
+    type_into(driver, "objective", objective)
+    for name, on in (("yes", yes), ("chat", chat)):
+        if on:
+            driver.find_element(By.CSS_SELECTOR, f"form#start input[name={name}]").click()
+    button(driver, "Start").click()
+    return on_run_page(driver)
+
+
+def prompts(llm) -> str:
+    return json.dumps(llm.agent_requests())
+
+
+def test_in_a_browser_start_approve_refuse_answer_and_follow_up(cli, llm, isolated, bench, browser):
+    from selenium.webdriver.common.by import By
+
+    llm.add(Stream(["<r>First I will ", "look at the folder", Hang(3), " with a shell command</r>",
+                    "<c>execute_shell</c>\necho approved-output"]),
+            act("execute_shell", "rm -rf precious", "then clean up"),
+            act("talk_to_user", "Which colour should the report be?"),
+            act("done", "A blue report."))
+    browser.get(f"{bench}/?token={bench.token}")  # the URL `miniagi ui` prints
+    assert "?token" not in browser.current_url  # the token leaves the address bar (it is a cookie now)
+    assert browser.find_element(By.NAME, "objective").tag_name == "textarea"
+    shot(browser, "start")
+    run_id = start(browser, bench, "Make a report")
+    # the thought shows as it streams in, before the step is complete
+    wait_for(lambda: "look at the folder" in text_of(browser, "stream"), "the reply streams in")
+    wait_for(lambda: present(browser, "//button[normalize-space()='Approve']"), "the first command waits")
+    assert "echo approved-output" in text_of(browser, "control")
+    assert not (isolated.work / "approved").exists()
+    shot(browser, "approve")
+    button(browser, "Approve").click()
+    wait_for(lambda: "approved-output" in events_text(browser), "the approved command ran")
+    wait_for(lambda: "rm -rf precious" in text_of(browser, "control"), "the second command waits")
+    type_into(browser, "feedback", "never delete anything; list it instead")
+    button(browser, "Refuse").click()
+    wait_for(lambda: present(browser, "//textarea[@name='answer']"), "the question waits for an answer")
+    assert "Which colour should the report be?" in text_of(browser, "control")
+    assert "The user did not run this command and said: never delete anything; list it instead" in events_text(browser)
+    shot(browser, "question")
+    type_into(browser, "answer", "blue, please")
+    button(browser, "Answer").click()
+    wait_for(lambda: status(browser) == "done", "the run ends")
+    assert "The user replied: blue, please" in events_text(browser)
+    wait_for(lambda: "A blue report." in text_of(browser, "answer"), "the answer is shown")
+    assert "approved-output" in prompts(llm) and "never delete anything" in prompts(llm)
+
+    # a finished run can be followed up: a new run with the first in context
+    wait_for(lambda: present(browser, "//textarea[@name='followup']"), "a finished run offers a follow-up")
+    shot(browser, "done")
+    llm.add(act("done", "Also a green one."))
+    type_into(browser, "followup", "Now a green one too")
+    button(browser, "Follow up").click()
+    wait_for(lambda: browser.current_url.rsplit("/runs/", 1)[-1] not in (run_id, browser.current_url),
+             "the follow-up's own page")
+    second = on_run_page(browser)
+    wait_for(lambda: status(browser) == "done", "the follow-up ends")
+    assert f"follows {run_id}" in events_text(browser)
+    assert "Make a report" in json.dumps(llm.agent_requests()[-1])  # the first run is in its context
+    # ordinary runs: the terminal's commands see them
+    listed = {r["run_id"]: r for r in json.loads(cli("runs", "--json").stdout)}
+    assert listed[run_id]["status"] == "done" and listed[second]["answer"] == "Also a green one."
+    assert "approved-output" in cli("show", run_id).stdout
+
+
+def test_in_a_browser_stop_and_resume(llm, isolated, bench, browser):
+    llm.add(act("execute_python", "open('stopped-here', 'w').write('x')", "write a file"))
+    browser.get(f"{bench}/?token={bench.token}")
+    run_id = start(browser, bench, "Write two files")
+    wait_for(lambda: present(browser, "//button[normalize-space()='Approve']"), "the command waits")
+    button(browser, "Stop").click()  # Ctrl-C while it waits: nothing ran, the state is saved
+    wait_for(lambda: status(browser) == "interrupted", "the run is stopped")
+    wait_for(lambda: present(browser, "//button[normalize-space()='Resume']"), "a stopped run offers Resume")
+    assert not (isolated.work / "stopped-here").exists()
+    shot(browser, "stopped")
+    llm.add(act("execute_python", "open('resumed-here', 'w').write('y')", "write it now"), act("done", "written"))
+    browser.find_element("css selector", "form.resume-run input[name=yes]").click()  # run without asking
+    button(browser, "Resume").click()
+    wait_for(lambda: on_run_page(browser) == run_id and status(browser) == "done", "the same run resumes and ends")
+    assert (isolated.work / "resumed-here").read_text() == "y"
+    assert "resumed at" in events_text(browser)
+    assert len(run_dirs(isolated.home)) == 1
+
+
+def test_in_a_browser_a_chat_keeps_its_python_between_objectives(llm, isolated, bench, browser):
+    llm.add(act("execute_python", "secret_number = 41", "keep a number"), act("done", "kept"))
+    browser.get(f"{bench}/?token={bench.token}")
+    first = start(browser, bench, "Keep the number 41", yes=True, chat=True)
+    wait_for(lambda: status(browser) == "done" and present(browser, "//textarea[@name='followup']"),
+             "the chat waits for its next objective")
+    llm.add(act("execute_python", "print(secret_number + 1)", "use it"), act("done", "42"))
+    type_into(browser, "followup", "Add one to the number")
+    button(browser, "Send").click()
+    wait_for(lambda: "/runs/" in browser.current_url and not browser.current_url.endswith(first),
+             "the chat's next run")
+    wait_for(lambda: status(browser) == "done", "the second objective ends")
+    assert "42" in events_text(browser)  # the variable of the first objective was still defined
+    assert f"follows {first}" in events_text(browser)
+    browser.set_window_size(390, 1400)  # a phone-width window: nothing wider than the screen
+    assert browser.execute_script("return document.documentElement.scrollWidth <= window.innerWidth + 1")
+    shot(browser, "phone")
+
+
+# --- the lock --------------------------------------------------------------------------------------------------
+def test_without_the_token_nothing_is_answered(llm, isolated, bench):
+    with httpx.Client(timeout=30) as stranger:  # no cookie: code in the sandbox reaching over loopback
+        for path in ("/", "/api/runs", "/runs/x", "/runs/x/events", "/memory", "/batch", "/static/live.js",
+                     "/sessions/x"):
+            assert stranger.get(bench + path).status_code == 401, path
+        assert stranger.post(bench + "/start", data={"objective": "rm -rf ~"}).status_code == 401
+        assert stranger.get(f"{bench}/?token=wrong-token").status_code == 401
+        assert stranger.get(bench + "/api/runs", headers={"Authorization": "Bearer wrong"}).status_code == 401
+        wrong_cookie = {"Cookie": f"miniagi_ui_{bench.rsplit(':', 1)[1]}=wrong"}
+        assert stranger.get(bench + "/", headers=wrong_cookie).status_code == 401
+        # a script may hold the token as a header: no cookie, so no form field is needed
+        assert stranger.get(bench + "/api/runs", headers={"Authorization": f"Bearer {bench.token}"}).json() == []
+    ours = bench.client  # holds the cookie: forged POSTs from another page are refused
+    origin = {"Origin": bench}
+    assert ours.post(bench + "/start", data={"objective": "x"}, headers=origin).status_code == 403  # no csrf field
+    form = {"objective": "x", "csrf": bench.app.token and csrf(bench)}
+    assert ours.post(bench + "/start", data=form, headers={"Origin": "http://evil.example"}).status_code == 403
+    assert ours.post(bench + "/start", data=form, headers={"Sec-Fetch-Site": "cross-site"}).status_code == 403
+    assert ours.post(bench + "/runs/x/stop", data=form, headers={"Origin": "http://127.0.0.1:1"}).status_code == 403
+    assert not bench.app.workbench.sessions  # nothing was started
+    assert ours.post(bench + "/start", data={**form, "objective": " "}, headers=origin).status_code == 400
+    assert ours.post(bench + "/start", data={**form, "workdir": "/"}, headers=origin).status_code == 403
+    assert ours.post(bench + "/runs/nosuch/stop", data=form, headers=origin).status_code == 404
+
+
+def csrf(url) -> str:
+    from miniagi.webui.auth import csrf_value
+
+    return csrf_value(url.token)
+
+
+def test_a_page_of_another_origin_cannot_start_a_run(isolated, bench, browser):
+    """The browser holds the cookie; a page on another port of 127.0.0.1 (the same site) posts the start form."""
+    forged = (f'<form id="f" method="post" action="{bench}/start"><input name="objective" value="rm -rf ~">'
+              f'<input name="yes" value="1"><input name="csrf" value="guess"></form>'
+              '<script>document.getElementById("f").submit()</script>').encode()
+
+    class Evil(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            self.wfile.write(forged)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", free_port()), Evil)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        browser.get(f"{bench}/?token={bench.token}")  # the cookie is set
+        browser.get(f"http://127.0.0.1:{server.server_address[1]}/")
+        wait_for(lambda: browser.current_url.startswith(f"{bench}/start"), "the forged form was sent")
+        assert "refused" in browser.page_source
+        assert not bench.app.workbench.sessions and not run_dirs(isolated.home)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_executed_code_never_sees_the_token(llm, isolated, bench):
+    llm.add(act("execute_shell", "env; cat /proc/$PPID/environ /proc/$PPID/cmdline 2>/dev/null | tr '\\0' '\\n'; "
+                                 "ls -R ~ 2>/dev/null | head -50"),
+            act("done", "looked"))
+    started = httpx.post(bench + "/start", data={"objective": "look around", "yes": "1", "workdir": str(isolated.work)},
+                         headers={"Authorization": f"Bearer {bench.token}"}, timeout=30)
+    assert started.status_code == 303
+    session = next(iter(bench.app.workbench.sessions.values()))
+    session.process.wait(timeout=120)
+    (run,) = run_dirs(isolated.home)
+    assert json.loads((run / "result.json").read_text())["status"] == "done"
+    assert "PATH=" in (run / "trace.jsonl").read_text()  # the environment was printed…
+    for place in (isolated.home, isolated.work):  # …and the token is in no file, nor in what code saw
+        for path in place.rglob("*"):
+            if path.is_file():
+                assert bench.token not in path.read_text(errors="replace"), path
