@@ -141,7 +141,8 @@ def test_ui_warns_when_it_listens_beyond_this_machine(cli):
         taken.bind(("0.0.0.0", 0))
         taken.listen()
         proc = cli("ui", "--host", "0.0.0.0", "--port", str(taken.getsockname()[1]), timeout=60)
-    assert "anyone who can reach this machine" in proc.stderr and proc.returncode != 0
+    assert "anyone who can reach this machine" in proc.stderr and proc.returncode == 2
+    assert "has the URL" in proc.stderr and "run code" in proc.stderr  # the UI starts runs
 
 
 # --- a real browser -------------------------------------------------------------------------------------------

@@ -263,3 +263,47 @@ def test_executed_code_never_sees_the_token(llm, isolated, bench):
         for path in place.rglob("*"):
             if path.is_file():
                 assert bench.token not in path.read_text(errors="replace"), path
+
+
+def test_the_command_prints_its_url_with_the_token(isolated, tmp_path):
+    import re
+    import signal
+    import subprocess
+    import sys
+
+    port, other = free_port(), tmp_path / "other"
+    other.mkdir()
+    ui = subprocess.Popen([sys.executable, "-m", "miniagi", "ui", "--port", str(port), "--workdir", str(other)],
+                          cwd=isolated.work, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True)
+    try:
+        line = ui.stderr.readline()
+        found = re.search(rf"http://127\.0\.0\.1:{port}/\?token=([\w-]+)", line)
+        assert found, line
+        token = found.group(1)
+        assert str(other) in ui.stderr.readline()  # the work directories runs may use
+        assert httpx.get(f"http://127.0.0.1:{port}/api/runs").status_code == 401
+        with httpx.Client(follow_redirects=True) as client:
+            page = client.get(f"http://127.0.0.1:{port}/?token={token}")
+            assert page.status_code == 200 and str(other) in page.text and "token" not in str(page.url)
+        for place in (f"/proc/{ui.pid}/environ", f"/proc/{ui.pid}/cmdline"):  # what any process of the user reads
+            assert token.encode() not in Path(place).read_bytes()
+        assert not any(token in p.read_text(errors="replace") for p in isolated.home.rglob("*") if p.is_file())
+    finally:
+        ui.send_signal(signal.SIGINT)
+        ui.wait(timeout=60)
+
+
+def test_a_run_that_cannot_start_says_why(isolated, llm, bench):
+    env_less = {**bench.app.workbench.environ}
+    bench.app.workbench.environ = {k: v for k, v in env_less.items() if not k.startswith("OPENAI_")}
+    form = {"objective": "anything", "csrf": csrf(bench), "model": "--yes"}  # an option-like value is a value
+    started = bench.client.post(bench + "/start", data=form, headers={"Origin": bench}, follow_redirects=False)
+    assert started.status_code == 303
+    session = next(iter(bench.app.workbench.sessions.values()))
+    session.process.wait(timeout=60)
+    page = bench.client.get(bench + started.headers["location"])
+    assert "ended before starting a run (exit 2)" in page.text and "OPENAI_API_KEY" in page.text
+    assert bench.client.get(bench + "/sessions/nosuch").status_code == 404
+    for bad in ({"protocol": "xml"}, {"max_steps": "many"}):
+        assert bench.client.post(bench + "/start", data={**form, **bad}, headers={"Origin": bench}).status_code == 400

@@ -387,6 +387,7 @@ def listen(host: str, port: int):
         sock = socket.socket(family, kind, proto)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(address)
+        sock.listen(2048)  # connections made once the URL is printed wait for the server, not refused
     except OSError as exc:
         if "sock" in locals():
             sock.close()
