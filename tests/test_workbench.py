@@ -23,11 +23,15 @@ from .test_ui import free_port, serve_ui, wait_for
 browser = test_ui.browser  # the suite's headless Chromium (a fixture)
 
 DOCS_IMG = Path(__file__).resolve().parent.parent / "docs" / "img"
+SCREENSHOTS = os.environ.get("MINIAGI_SCREENSHOTS")  # read now: the tests' own environment has no MINIAGI_ names
 
 
 def shot(driver, name: str) -> None:
-    if os.environ.get("MINIAGI_SCREENSHOTS"):
+    if SCREENSHOTS:
         DOCS_IMG.mkdir(parents=True, exist_ok=True)
+        # a run's page: its controls (the question, Stop, follow up) in view, at the bottom of the window
+        driver.execute_script("const c = document.getElementById('control'); "
+                              "if (c && c.innerText.trim()) c.scrollIntoView({block: 'end'})")
         driver.save_screenshot(str(DOCS_IMG / f"workbench-{name}.png"))
 
 
@@ -79,7 +83,7 @@ def type_into(driver, name: str, text: str) -> None:
     field.send_keys(text)
 
 
-def start(driver, url, objective: str, *, yes: bool = False, chat: bool = False) -> str:
+def start(driver, url, objective: str, *, yes: bool = False, chat: bool = False, screenshot: str = "") -> str:
     from selenium.webdriver.common.by import By
 
     driver.get(f"{url}/")
@@ -87,6 +91,8 @@ def start(driver, url, objective: str, *, yes: bool = False, chat: bool = False)
     for name, on in (("yes", yes), ("chat", chat)):
         if on:
             driver.find_element(By.CSS_SELECTOR, f"form#start input[name={name}]").click()
+    if screenshot:
+        shot(driver, screenshot)
     button(driver, "Start").click()
     return on_run_page(driver)
 
@@ -106,8 +112,8 @@ def test_in_a_browser_start_approve_refuse_answer_and_follow_up(cli, llm, isolat
     browser.get(f"{bench}/?token={bench.token}")  # the URL `miniagi ui` prints
     assert "?token" not in browser.current_url  # the token leaves the address bar (it is a cookie now)
     assert browser.find_element(By.NAME, "objective").tag_name == "textarea"
-    shot(browser, "start")
-    run_id = start(browser, bench, "Make a report")
+    browser.set_window_size(1100, 1000)
+    run_id = start(browser, bench, "Make a report", screenshot="start")
     # the thought shows as it streams in, before the step is complete
     wait_for(lambda: "look at the folder" in text_of(browser, "stream"), "the reply streams in")
     wait_for(lambda: present(browser, "//button[normalize-space()='Approve']"), "the first command waits")
@@ -146,10 +152,13 @@ def test_in_a_browser_start_approve_refuse_answer_and_follow_up(cli, llm, isolat
     listed = {r["run_id"]: r for r in json.loads(cli("runs", "--json").stdout)}
     assert listed[run_id]["status"] == "done" and listed[second]["answer"] == "Also a green one."
     assert "approved-output" in cli("show", run_id).stdout
+    browser.get(f"{bench}/")
+    shot(browser, "runs")
 
 
 def test_in_a_browser_stop_and_resume(llm, isolated, bench, browser):
     llm.add(act("execute_python", "open('stopped-here', 'w').write('x')", "write a file"))
+    browser.set_window_size(1100, 1000)
     browser.get(f"{bench}/?token={bench.token}")
     run_id = start(browser, bench, "Write two files")
     wait_for(lambda: present(browser, "//button[normalize-space()='Approve']"), "the command waits")
