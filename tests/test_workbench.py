@@ -142,7 +142,7 @@ def test_in_a_browser_start_approve_refuse_answer_and_follow_up(cli, llm, isolat
     llm.add(act("done", "Also a green one."))
     type_into(browser, "followup", "Now a green one too")
     button(browser, "Follow up").click()
-    wait_for(lambda: browser.current_url.rsplit("/runs/", 1)[-1] not in (run_id, browser.current_url),
+    wait_for(lambda: "/runs/" in browser.current_url and not browser.current_url.endswith(run_id),
              "the follow-up's own page")
     second = on_run_page(browser)
     wait_for(lambda: status(browser) == "done", "the follow-up ends")
@@ -316,3 +316,32 @@ def test_a_run_that_cannot_start_says_why(isolated, llm, bench):
     assert bench.client.get(bench + "/sessions/nosuch").status_code == 404
     for bad in ({"protocol": "xml"}, {"max_steps": "many"}):
         assert bench.client.post(bench + "/start", data={**form, **bad}, headers={"Origin": bench}).status_code == 400
+
+
+def test_a_changed_env_file_is_confirmed_in_the_page_before_the_run_starts(llm, isolated, bench):
+    """The .env check asks before any run exists: the session's page asks it, then moves on to the run."""
+    def started(objective: str):
+        form = {"objective": objective, "csrf": csrf(bench), "yes": "1"}
+        response = bench.client.post(bench + "/start", data=form, headers={"Origin": bench}, follow_redirects=False)
+        assert response.status_code == 303
+        return response.headers["location"], bench.app.workbench.sessions[response.headers["location"].split("/")[-1]]
+
+    (isolated.work / ".env").write_text("MINIAGI_EXEC_TIMEOUT=30\n")
+    llm.add(act("done", "first"))
+    _, first = started("first")  # first sight of this .env: taken and remembered
+    assert first.process.wait(timeout=120) == 0
+    (isolated.work / ".env").write_text("MINIAGI_EXEC_TIMEOUT=600\n")  # raised since: asked about
+    llm.add(act("done", "second"))
+    where, second = started("second")
+    wait_for(lambda: second.channel.question() is not None, "the session asks")
+    page = bench.client.get(bench + where)
+    assert "MINIAGI_EXEC_TIMEOUT" in page.text and ">Approve</button>" in page.text and not second.runs()
+    qid = second.channel.question()["id"]
+    answered = bench.client.post(f"{bench}/sessions/{second.id}/answer", headers={"Origin": bench},
+                                 data={"csrf": csrf(bench), "qid": qid, "decision": "approve"})
+    assert answered.status_code == 200
+    assert second.process.wait(timeout=120) == 0
+    assert bench.client.get(bench + where).url.path == f"/runs/{second.current()}"
+    again = bench.client.post(f"{bench}/sessions/{second.id}/answer", headers={"Origin": bench},
+                              data={"csrf": csrf(bench), "qid": qid, "decision": "approve"})
+    assert again.status_code == 409  # answered already
