@@ -71,8 +71,11 @@ def status(driver) -> str:
 
 def on_run_page(driver) -> str:
     """The run id of the page the browser is on, once it is a run's page."""
-    wait_for(lambda: "/runs/" in driver.current_url, "the page moves on to the run")
-    return driver.current_url.rsplit("/runs/", 1)[1]
+    def run_id() -> str:
+        url = driver.current_url  # read once: the browser may be moving on
+        return url.rsplit("/runs/", 1)[1] if "/runs/" in url else ""
+
+    return wait_for(run_id, "the page moves on to the run")
 
 
 def type_into(driver, name: str, text: str) -> None:
@@ -209,6 +212,9 @@ def test_without_the_token_nothing_is_answered(llm, isolated, bench):
         # a script may hold the token as a header: no cookie, so no form field is needed
         assert stranger.get(bench + "/api/runs", headers={"Authorization": f"Bearer {bench.token}"}).json() == []
     ours = bench.client  # holds the cookie: forged POSTs from another page are refused
+    page = ours.get(bench + "/")  # and no other page may frame it (a decoy over the Approve button)
+    assert page.headers["x-frame-options"] == "DENY"
+    assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
     origin = {"Origin": bench}
     assert ours.post(bench + "/start", data={"objective": "x"}, headers=origin).status_code == 403  # no csrf field
     form = {"objective": "x", "csrf": bench.app.token and csrf(bench)}

@@ -24,6 +24,11 @@ from starlette.responses import PlainTextResponse, RedirectResponse
 
 SAFE_METHODS = ("GET", "HEAD")
 CSRF_FIELD = "csrf"
+# every answer: no page of another origin may frame the UI (a click on Approve under a decoy), and the pages run
+# only the UI's own scripts, send forms only to it, and tell no other site their address (Referer)
+HEADERS = [(b"content-security-policy", b"default-src 'self'; frame-ancestors 'none'; form-action 'self'; "
+                                        b"base-uri 'none'; object-src 'none'"),
+           (b"x-frame-options", b"DENY"), (b"referrer-policy", b"same-origin"), (b"x-content-type-options", b"nosniff")]
 
 
 def new_token() -> str:
@@ -56,6 +61,13 @@ class TokenCheck:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        inner = send
+
+        async def send(message):
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), *HEADERS]}
+            await inner(message)
+
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers") or []}
         query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True))
         cookies = SimpleCookie()
