@@ -1,11 +1,13 @@
-"""The web app over $MINIAGI_HOME: read-only over runs, batches and memory (it writes nothing, not even an empty
-memory store).
+"""The web app over $MINIAGI_HOME: the runs, batches and memory, and a workbench that starts and steers runs
+(workbench.py: each an ordinary `miniagi` process, asking through control.py's files).
 
-Everything shown passes the run files' redaction again, and every text is escaped by the templates (observations
-and model replies are untrusted: a reply holding <script> is shown as text). A running run's page polls
-/runs/ID/events?after=N and appends the steps that came since, rendered here, so the page never reloads.
-Only requests that name this machine (loopback, or --host) in their Host header are answered: a web page elsewhere
-cannot reach the UI through a name it re-points at 127.0.0.1 (DNS rebinding).
+Its pages only read: a GET writes nothing, not even an empty memory store. Everything shown passes the run files'
+redaction again, and every text is escaped by the templates (observations and model replies are untrusted: a reply
+holding <script> is shown as text). A run's page polls /runs/ID/events?after=N and appends the steps that came
+since, rendered here, with what the run waits for; the page never reloads.
+It is locked (auth.py): a token, then a cookie, for every request; actions are POSTs that only its own pages can
+make. Only requests that name this machine (loopback, or --host) in their Host header are answered: a web page
+elsewhere cannot reach the UI through a name it re-points at 127.0.0.1 (DNS rebinding).
 """
 
 from __future__ import annotations
