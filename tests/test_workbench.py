@@ -351,3 +351,31 @@ def test_a_changed_env_file_is_confirmed_in_the_page_before_the_run_starts(llm, 
     again = bench.client.post(f"{bench}/sessions/{second.id}/answer", headers={"Origin": bench},
                               data={"csrf": csrf(bench), "qid": qid, "decision": "approve"})
     assert again.status_code == 409  # answered already
+
+
+def test_a_run_whose_ui_is_killed_stops_as_ctrl_c_does(llm, isolated, tmp_path):
+    """Nobody is left to answer its approval: it does not wait forever, it ends interrupted, resumable."""
+    import signal
+    import subprocess
+    import sys
+
+    from miniagi.webui.control import Channel
+
+    llm.add(act("execute_shell", "echo never"))
+    control = isolated.home / "ui" / "orphan"
+    control.mkdir(parents=True)
+    env = dict(os.environ, OPENAI_BASE_URL=llm.url, OPENAI_API_KEY="sk-test-key-123456", MINIAGI_MEMORY_SCOPE="off")
+    # a stand-in UI: a process that starts the run in its own session, then is killed
+    starter = subprocess.Popen([sys.executable, "-c", (
+        "import subprocess, sys, time; subprocess.Popen([sys.executable, '-m', 'miniagi', 'run', '--control', "
+        f"{str(control)!r}, 'Say never'], start_new_session=True, stdin=subprocess.DEVNULL); time.sleep(600)")],
+        cwd=isolated.work, env=env)
+    try:
+        wait_for(lambda: Channel(control).question() is not None, "the run waits for approval")
+    finally:
+        starter.send_signal(signal.SIGKILL)
+        starter.wait()
+    (run,) = run_dirs(isolated.home)
+    wait_for(lambda: json.loads((run / "result.json").read_text()).get("status") == "interrupted",
+             "the run stops, its state saved")
+    assert Channel(control).question() is None

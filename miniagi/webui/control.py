@@ -46,6 +46,7 @@ class Channel:
     def __init__(self, path: Path):
         self.path = Path(path)
         self.asking = threading.Lock()  # one question at a time (code may call a command from another thread)
+        self.parent = os.getppid()  # the UI that started this run: when it is gone, nobody will answer
 
     # --- the run's side ------------------------------------------------------------------------------------------
     def started(self, run_id: str) -> None:
@@ -64,6 +65,8 @@ class Channel:
                     answer = read_json(answer_path)
                     if answer is not None and answer.get("id") == qid:
                         return answer
+                    if os.getppid() != self.parent:  # the UI ended without stopping it (killed): as Ctrl-C
+                        raise KeyboardInterrupt
                     time.sleep(POLL_S)
             finally:
                 (self.path / "question.json").unlink(missing_ok=True)
