@@ -264,7 +264,7 @@ def test_a_page_of_another_origin_cannot_start_a_run(isolated, bench, browser):
 
 def test_executed_code_never_sees_the_token(llm, isolated, bench):
     llm.add(act("execute_shell", "env; cat /proc/$PPID/environ /proc/$PPID/cmdline 2>/dev/null | tr '\\0' '\\n'; "
-                                 "ls -R ~ 2>/dev/null | head -50"),
+                                 f"ls -R ~ 2>/dev/null | head -50; ls {isolated.home}/ui/* || echo no-control-files"),
             act("done", "looked"))
     started = httpx.post(bench + "/start", data={"objective": "look around", "yes": "1", "workdir": str(isolated.work)},
                          headers={"Authorization": f"Bearer {bench.token}"}, timeout=30)
@@ -273,7 +273,11 @@ def test_executed_code_never_sees_the_token(llm, isolated, bench):
     session.process.wait(timeout=120)
     (run,) = run_dirs(isolated.home)
     assert json.loads((run / "result.json").read_text())["status"] == "done"
-    assert "PATH=" in (run / "trace.jsonl").read_text()  # the environment was printed…
+    (seen,) = [e["text"] for e in map(json.loads, (run / "trace.jsonl").read_text().splitlines())
+               if e["type"] == "observation"]
+    assert "PATH=" in seen  # the environment was printed…
+    if json.loads((run / "result.json").read_text())["sandbox"] == "bwrap":  # the channel is out of code's reach
+        assert "No such file or directory\nno-control-files" in seen and "stderr.txt" not in seen
     for place in (isolated.home, isolated.work):  # …and the token is in no file, nor in what code saw
         for path in place.rglob("*"):
             if path.is_file():
