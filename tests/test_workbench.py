@@ -194,8 +194,12 @@ def test_in_a_browser_a_chat_keeps_its_python_between_objectives(llm, isolated, 
     assert "42" in events_text(browser)  # the variable of the first objective was still defined
     assert f"follows {first}" in events_text(browser)
     browser.set_window_size(390, 1400)  # a phone-width window: nothing wider than the screen
-    assert browser.execute_script("return document.documentElement.scrollWidth <= window.innerWidth + 1")
+    fits = "return document.documentElement.scrollWidth <= window.innerWidth + 1"
+    assert browser.execute_script(fits)
     shot(browser, "phone")
+    browser.get(f"{bench}/")  # the start form and the list too (a long work directory in the form)
+    assert browser.execute_script(fits)
+    shot(browser, "phone-start")
 
 
 # --- the lock --------------------------------------------------------------------------------------------------
