@@ -8,6 +8,9 @@ since, rendered here, with what the run waits for; the page never reloads.
 It is locked (auth.py): a token, then a cookie, for every request; actions are POSTs that only its own pages can
 make. Only requests that name this machine (loopback, or --host) in their Host header are answered: a web page
 elsewhere cannot reach the UI through a name it re-points at 127.0.0.1 (DNS rebinding).
+The handlers are plain functions, which Starlette runs in a thread, and they read run files only as bounded regular
+files (runs.open_regular): a FIFO, a huge file or a broken line in a run folder makes that run unreadable, never a
+page hang.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ FOLD_LINES = 12  # an observation longer than this is folded
 LOOPBACK = ("localhost", "127.0.0.1", "::1")
 ANY_HOST = ("0.0.0.0", "::", "")  # listening on every interface: the names it is reached by are unknown
 RECALLED_CHARS = 400  # of each recalled text on a run page
+UI_TRACE_MAX_BYTES = 64 * 2**20  # a larger trace is not shown (`miniagi show` reads it)
 
 
 def host_name(header: str) -> str:
@@ -134,7 +138,10 @@ def create_app(home: Path, redact=lambda text: text, host: str = "127.0.0.1", to
 
     def read_events(run_id: str) -> tuple[object, list[ev.Event]]:
         record = store.open(run_id)
-        return record, ev.read(record.events())
+        try:
+            return record, ev.read(record.events(UI_TRACE_MAX_BYTES))
+        except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise ConfigError(f"run {record.run_id} cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
 
     memory: list = []  # the vector memory, opened (with its embedder) on first use and kept
 
@@ -146,7 +153,9 @@ def create_app(home: Path, redact=lambda text: text, host: str = "127.0.0.1", to
             from ..agent import open_vector_memory
             from ..config import Settings
 
-            memory.append(open_vector_memory(Settings(home=str(home), memory_scope="global"), {}, None, redact))
+            found = open_vector_memory(Settings(home=str(home), memory_scope="global"), {}, None, redact)
+            found.read_only = True  # it stores no journal, makes no collection: a view stores nothing
+            memory.append(found)
         return memory[0]
 
     def recalled(events: list[ev.Event]) -> dict[str, str]:
@@ -168,7 +177,7 @@ def create_app(home: Path, redact=lambda text: text, host: str = "127.0.0.1", to
 
     controls, steer_routes = steering(bench, store, token, templates, page, redact)
 
-    async def runs_list(request: Request):
+    def runs_list(request: Request):
         status, query = request.query_params.get("status") or None, request.query_params.get("q", "").strip()
         runs = [r for r in store.results(status) if query.lower() in str(r.get("objective", "")).lower()]
         return page("runs.html", runs=runs, status=status, query=query, statuses=STATUSES)
@@ -203,7 +212,7 @@ def create_app(home: Path, redact=lambda text: text, host: str = "127.0.0.1", to
                              "stream": control["stream"],
                              "answer": redact(result["answer"]) if result.get("answer") is not None else None})
 
-    async def memory_page(request: Request):
+    def memory_page(request: Request):
         query = request.query_params.get("q", "").strip()
         hits, problem = [], ""
         if query:
@@ -217,7 +226,7 @@ def create_app(home: Path, redact=lambda text: text, host: str = "127.0.0.1", to
                 problem = f"{type(exc).__name__}: {exc}"
         return page("memory.html", query=query, hits=hits, problem=problem)
 
-    async def api_runs(request: Request):
+    def api_runs(request: Request):
         return JSONResponse(store.results(request.query_params.get("status") or None))
 
     app = Starlette(routes=[
