@@ -22,7 +22,7 @@ COMMAND_HELP = {
     "memory": "inspect the persistent memory: search \"QUERY\" | stats | clear",
     "batch": "run the objectives of a file unattended, in parallel",
     "replay": "re-drive a recorded run with its recorded model replies: no model calls",
-    "ui": "watch and inspect runs in a browser (pip install \"miniagi[ui]\")",
+    "ui": "start, watch and steer runs in a browser (pip install \"miniagi[ui]\")",
     "chat": "an interactive session: each line is the next objective; Python state, memory and summary carry over",
 }
 
@@ -99,12 +99,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("objective", nargs="+", help="what the agent should achieve (- reads it from stdin)")
     _add_follow_options(run, "a follow-up of")
     _add_run_options(run)
+    _add_control_option(run)
 
     chat = commands.add_parser("chat", help=COMMAND_HELP["chat"], description=COMMAND_HELP["chat"] + ". Every "
                                "objective is a run of its own, linked to the one before. Ctrl-D (or an end of "
                                "input) ends the session.")
     _add_follow_options(chat, "start as a follow-up of")
     _add_run_options(chat)
+    _add_control_option(chat)
 
     resume = commands.add_parser("resume", help=COMMAND_HELP["resume"],
                                  description=COMMAND_HELP["resume"] + ". It runs with the settings it was started "
@@ -113,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
                                  "go on past a limit).")
     resume.add_argument("run_id", help="the run's id, a unique prefix of it, or last (the newest run)")
     _add_run_options(resume)
+    _add_control_option(resume)
 
     runs = commands.add_parser("runs", help=COMMAND_HELP["runs"], description=COMMAND_HELP["runs"])
     runs.add_argument("--status", choices=STATUSES, help="only runs with this status")
@@ -164,12 +167,15 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--home", default=None, help="where runs live [MINIAGI_HOME]")
     replay.add_argument("--json", action="store_true", help="print the report as one JSON object")
 
-    ui = commands.add_parser("ui", help=COMMAND_HELP["ui"], description=COMMAND_HELP["ui"] + ": the runs, each run "
-                             "step by step (live while it runs), batches and the memory. Read-only.")
+    ui = commands.add_parser("ui", help=COMMAND_HELP["ui"], description=COMMAND_HELP["ui"] + ": start a run or a chat, "
+                             "approve its commands, answer it, stop, resume and follow up; the runs step by step "
+                             "(live), batches and the memory. Locked by a token printed in its URL.")
     ui.add_argument("--host", default="127.0.0.1", help="where to listen (default 127.0.0.1: this machine only)")
     ui.add_argument("--port", type=int, default=8765, help="default 8765")
     ui.add_argument("--open", action="store_true", help="open it in the browser")
     ui.add_argument("--home", default=None, help="where runs live [MINIAGI_HOME]")
+    ui.add_argument("--workdir", action="append", default=None, metavar="DIR",
+                    help="a work directory runs started from the browser may use, besides this folder (repeatable)")
 
     memory = commands.add_parser("memory", help=COMMAND_HELP["memory"], description=COMMAND_HELP["memory"])
     memory.add_argument("action", choices=("search", "stats", "clear"))
@@ -186,6 +192,22 @@ def build_parser() -> argparse.ArgumentParser:
     memory.add_argument("-y", "--yes", action="store_true", help="clear without asking (clear)")
     parser.commands = commands.choices  # each subcommand's own parser, for its own usage errors
     return parser
+
+
+def _add_control_option(parser: argparse.ArgumentParser) -> None:
+    # not listed: how `miniagi ui` steers a run it started (approvals and questions as files in DIR)
+    parser.add_argument("--control", default=None, metavar="DIR", help=argparse.SUPPRESS)
+
+
+def _control_ui(args: argparse.Namespace, settings):
+    """With --control DIR, the run asks `miniagi ui` (webui/control.py) instead of the terminal."""
+    if not getattr(args, "control", None):
+        return None
+    from pathlib import Path
+
+    from .webui.control import Channel, ControlledTerminal
+
+    return ControlledTerminal(Channel(Path(args.control)), debug=settings.debug)
 
 
 def _flags(args: argparse.Namespace) -> dict:
@@ -222,7 +244,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     with _starting():
         from .agent import Agent
 
-        agent = Agent(settings, wait_for_memory=False)  # the process ends after it
+        agent = Agent(settings, ui=_control_ui(args, settings), wait_for_memory=False)  # the process ends after it
     try:
         result = agent.run(objective, follows=_followed(args, agent.store, settings.workdir_path))
     finally:
@@ -253,7 +275,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     with _starting():
         from .agent import Agent
 
-        agent = Agent(settings, wait_for_memory=False)  # the process ends after it
+        agent = Agent(settings, ui=_control_ui(args, settings), wait_for_memory=False)  # the process ends after it
     workspace, code = None, 0
     interactive = sys.stdin is not None and sys.stdin.isatty()
     try:
@@ -294,7 +316,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     # the trace), with what was given now on top; runs stay where they were found
     settings, differences = narrowed(recorded_settings(store, args.run_id), resolve_settings(flags))
     settings = settings.with_overrides({**overrides, "home": str(store.root.parent)})
-    agent = Agent(settings, wait_for_memory=False)  # the process ends after it
+    agent = Agent(settings, ui=_control_ui(args, settings), wait_for_memory=False)  # the process ends after it
     said = [text for name, text in differences.items() if name not in overrides and name != "home"]
     if said:
         agent.ui.warn("not taken from the run's trace: " + "; ".join(said) + " (give an option to choose)")
@@ -458,18 +480,29 @@ def _clear_memory(args: argparse.Namespace, vectors, settings, where) -> None:
 def cmd_ui(args: argparse.Namespace) -> int:
     try:
         from .webui.app import listen, serve
+        from .webui.auth import new_token
     except ImportError as exc:
         raise ConfigError(f"the web UI needs its extra: pip install \"miniagi[ui]\" ({exc.name} is missing)") from None
+    from pathlib import Path
+
     from .config import read_dotenv
     from .redaction import Redactor
 
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"miniagi: warning: the UI listens on {args.host}: anyone who can reach this machine on port "
-              f"{args.port} can read every run", file=sys.stderr)
+              f"{args.port} and has the URL below can read every run and run code as you", file=sys.stderr)
     home = resolve_settings({"home": args.home}).home_path
+    workdirs = [Path(d).expanduser().resolve() for d in [".", *(args.workdir or [])]]
+    missing = [str(d) for d in workdirs if not d.is_dir()]
+    if missing:
+        raise ConfigError(f"--workdir {missing[0]}: no such folder")
     sock = listen(args.host, args.port)
-    print(f"miniagi ui: http://{args.host}:{args.port}/ (runs under {home}; Ctrl-C stops it)", file=sys.stderr)
-    serve(sock, home, args.host, args.port, args.open, Redactor(os.environ, read_dotenv()))
+    token = new_token()  # in this process's memory only: never in a file, nor in the runs' environment
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    print(f"miniagi ui: http://{host}:{args.port}/?token={token}\n  (runs under {home}; work directories: "
+          f"{', '.join(map(str, dict.fromkeys(workdirs)))}; Ctrl-C stops it)", file=sys.stderr, flush=True)
+    serve(sock, home, args.host, args.port, args.open, Redactor(os.environ, read_dotenv()), token,
+          list(dict.fromkeys(workdirs)))
     return 0
 
 

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from . import test_ui
 from .conftest import act
 from .test_batch_replay import Scripted
 
@@ -172,7 +173,9 @@ def ui_process(isolated):
     process = subprocess.Popen([sys.executable, "-m", "miniagi", "ui", "--port", str(port)], cwd=isolated.work,
                                env=dict(os.environ), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}"
+    printed = process.stderr.readline().decode()  # its URL, with the token every request needs
+    url = test_ui.Served(f"http://127.0.0.1:{port}")
+    url.client = httpx.Client(headers={"Authorization": f"Bearer {printed.split('?token=', 1)[1].split()[0]}"})
     deadline = time.monotonic() + 60
     while True:
         assert process.poll() is None, process.stderr.read().decode()
@@ -183,6 +186,7 @@ def ui_process(isolated):
             assert time.monotonic() < deadline, "the UI did not start"
             time.sleep(0.05)
     yield url
+    url.client.close()
     process.terminate()
     try:
         process.wait(10)
@@ -193,8 +197,6 @@ def ui_process(isolated):
 
 def test_a_fifo_a_huge_file_or_a_broken_line_in_a_run_folder_never_hangs_a_ui_page(cli, llm, isolated, ui_process):
     import os
-
-    import httpx
 
     from .conftest import run_dirs
 
@@ -216,15 +218,13 @@ def test_a_fifo_a_huge_file_or_a_broken_line_in_a_run_folder_never_hangs_a_ui_pa
     (bad["20200101-000000-00000d"] / "trace.jsonl").write_text(start + "\n{broken\n[1, 2]\n\"text\"\n")
     for path in ["/", "/api/runs", f"/runs/{real.name}", *(f"/runs/{name}" for name in bad),
                  *(f"/runs/{name}/events?after=0" for name in bad)]:
-        response = httpx.get(ui_process + path, timeout=30)
+        response = ui_process.client.get(ui_process + path, timeout=30)
         assert response.status_code in (200, 404), (path, response.status_code)
-    assert "A real run" in httpx.get(ui_process + "/", timeout=30).text
-    assert real.name in httpx.get(ui_process + "/api/runs", timeout=30).text
+    assert "A real run" in ui_process.client.get(ui_process + "/", timeout=30).text
+    assert real.name in ui_process.client.get(ui_process + "/api/runs", timeout=30).text
 
 
 def test_the_memory_page_stores_no_journal(cli, llm, isolated, ui_process):
-    import httpx
-
     from .conftest import MEMORY_ON, run_dirs
 
     llm.add(act("memorize_thoughts", "The rocket is painted PURPLE."), act("done", "noted"))
@@ -236,7 +236,7 @@ def test_the_memory_page_stores_no_journal(cli, llm, isolated, ui_process):
     waiting.write_text(json.dumps({"id": "j-1", "text": "The rocket launches at dawn.", "run": run.name,
                                    "kind": "note", "step": 1, "source": "", "key": "", "workdir": str(isolated.work),
                                    "at": 1.0}) + "\n")
-    page = httpx.get(ui_process + "/memory", params={"q": "rocket"}, timeout=120).text
+    page = ui_process.client.get(ui_process + "/memory", params={"q": "rocket"}, timeout=120).text
     assert "PURPLE" in page  # the store was searched…
     assert waiting.read_text().startswith('{"id": "j-1"')  # …and the waiting journal left for a run to store
     assert "launches at dawn" not in page

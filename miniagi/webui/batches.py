@@ -48,7 +48,8 @@ def batch_routes(home: Path, page: Callable) -> list[Route]:
     def batch_view(request: Request):
         batch = known_batch(home, request.path_params["key"])
         if batch is None:
-            return page("missing.html", message=f"no batch {request.path_params['key']!r} is recorded in {home}")
+            return page("missing.html", _status=404,
+                        message=f"no batch {request.path_params['key']!r} is recorded in {home}")
         rows, total, cut, problem = _summed(batch, results_key(home))
         return page("batch.html", batch=batch, rows=rows, total=total, cut=cut, problem=problem,
                     max_mb=UI_MAX_BYTES // 2**20)
