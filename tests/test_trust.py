@@ -119,7 +119,6 @@ def test_continue_and_last_follow_the_newest_run_of_this_work_directory(cli, llm
 
 
 def test_a_replay_is_marked_and_counts_no_model_calls(cli, llm, isolated, capsys, ui):
-    import httpx
 
     llm.add(act("execute_shell", "echo hi"), act("done", "said hi"))
     assert cli("-y", "say hi").returncode == 0
@@ -134,8 +133,8 @@ def test_a_replay_is_marked_and_counts_no_model_calls(cli, llm, isolated, capsys
     assert code == 0 and f"(replay of {original.name}) say hi" in out
     code, out, _ = in_process(capsys, "show", replayed.name)
     assert code == 0 and f"a replay of run {original.name}" in out and "0 model calls (2 replayed responses)" in out
-    assert f"replay of {original.name}</span> say hi" in httpx.get(ui + "/").text
-    page = httpx.get(f"{ui}/runs/{replayed.name}").text
+    assert f"replay of {original.name}</span> say hi" in ui.client.get(ui + "/").text
+    page = ui.client.get(f"{ui}/runs/{replayed.name}").text
     assert f'0 model calls (a replay of <a href="/runs/{original.name}">' in page
 
 
