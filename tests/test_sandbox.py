@@ -286,3 +286,46 @@ def test_modules_in_the_workdir_shadow_nothing_of_the_agent_but_user_code_import
     _, seen = newest(isolated.home)
     assert "from my own module" in seen[1]
     assert "work directory ran" not in batch.stdout + batch.stderr + json.dumps(seen)
+
+
+DOTFILES = {".bashrc": "alias ls='ls'  # BASHRC-MARK-1", ".zshenv": "export OPENAI_API_KEY=sk-zshenv-fake-4242",
+            ".gitconfig": "[github]\n\ttoken = ghp_gitconfig-fake-7777", ".profile": "PROFILE-MARK-2"}
+DOTFILE_READS = """\
+import os
+for path in {paths!r}:
+    try:
+        print(path, 'OPEN', open(path).read()[:60].replace('\\n', ' '))
+    except OSError as error:
+        print(path, 'BLOCKED', error.strerror)
+try:
+    print('listing', sorted(os.listdir({home!r})))
+except OSError as error:
+    print('listing BLOCKED', error.strerror)
+open('written-by-code.txt', 'w').write('mine')
+print('workdir written')
+"""
+
+
+def test_with_bwrap_the_users_home_is_empty_but_for_the_work_directory(cli, llm, isolated):
+    """Rule (a) of issue 29: whatever the user keeps in a home (theirs, /root, /home/*), code sees an empty
+    directory there; the work directory, bound back, stays writable, and so do its own dotfiles."""
+    user_home = Path(os.environ["HOME"])
+    user_home.mkdir(parents=True, exist_ok=True)
+    for name, text in DOTFILES.items():
+        (user_home / name).write_text(text)
+    paths = [str(user_home / name) for name in DOTFILES]
+    paths += [p for p in ("/root/.bashrc", "/root/.profile") if os.path.exists(p)]
+    code = DOTFILE_READS.format(paths=paths, home=str(user_home))
+    shell = f"cat {' '.join(paths)} 2>&1; ls -A {user_home} /root 2>&1; echo shell > shell-wrote.txt && echo ok"
+    llm.add(act("execute_python", code), act("execute_shell", shell), act("done", "tried"))
+    proc = cli("-y", "--sandbox", "bwrap", "read the dotfiles")
+    assert proc.returncode == 0, proc.stderr
+    _, seen = newest(isolated.home)
+    for path in paths:
+        assert f"{path} BLOCKED" in seen[1], seen[1]
+    assert "listing []" in seen[1] and "workdir written" in seen[1]
+    for text in (*DOTFILES.values(), "sk-zshenv-fake-4242", "ghp_gitconfig-fake-7777", "BASHRC-MARK-1"):
+        assert text.split("\n")[-1] not in seen[1] + seen[2], text
+    assert "\nok\n" in seen[2] and "exit code 0" in seen[2], seen[2]
+    assert (isolated.work / "written-by-code.txt").read_text() == "mine"
+    assert (isolated.work / "shell-wrote.txt").read_text() == "shell\n"

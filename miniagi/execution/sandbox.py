@@ -3,8 +3,9 @@ line, `command` and `spared` find the command's and the sandbox's own processes,
 
 - `Bubblewrap` (`--sandbox bwrap`): bubblewrap, as Flatpak and Claude Code use it. The code's file system is the
   work directory (read-write), a private /tmp, and the rest of the system read-only; `$MINIAGI_HOME`, the `.env`
-  files miniagi reads and the user's secrets in the home (~/.ssh, ~/.aws, ~/.config, ~/.netrc, shell histories…)
-  are hidden, and so are /run's sockets; miniagi's own installation is read-only wherever it lives. PID, IPC, UTS
+  files miniagi reads and every home ($HOME, /root, /home/*: empty directories, the work directory and the
+  --sandbox-allow paths bound back in, and the programs of the PATH read-only) are hidden, and so are /run's
+  sockets; miniagi's own installation is read-only wherever it lives. PID, IPC, UTS
   and cgroup namespaces of its own, every capability dropped, no new user namespaces inside.
 - `Namespace` (`--sandbox namespace`): util-linux `unshare --user --map-root-user --pid --fork --mount-proc`, no
   privilege needed: /proc shows only the code's own processes, so the agent (its environment, memory, command line)
@@ -233,8 +234,8 @@ class Bubblewrap(NamespaceSandbox):
         return dict(env, TMPDIR="/tmp")  # the one /tmp it can write
 
     def describe(self) -> str:
-        return ("bwrap — work directory read-write, private /tmp, the rest read-only; $MINIAGI_HOME, .env and the "
-                f"home's secrets hidden; network {'on' if self.policy.network else 'off'}")
+        return ("bwrap — work directory read-write, private /tmp, the rest read-only; $MINIAGI_HOME and .env hidden, "
+                f"homes empty; network {'on' if self.policy.network else 'off'}")
 
 
 SANDBOXES: dict[str, type[Sandbox]] = {"bwrap": Bubblewrap, "namespace": Namespace, "none": Unconfined}
@@ -278,14 +279,22 @@ def file_system(policy: Policy) -> list[str]:
 
     home = _real(Path.home())
     secrets = [home / name for name in HOME_SECRETS] if home and home != Path("/") else []
+    # every home is an empty directory, but for the work directory (and --sandbox-allow) bound back into it;
+    # a home the work directory holds is the work directory's to show
+    homes = [h for h in homes_of_users() if not (workdir and _under(h, workdir))]
     hidden = [p for p in (_real(path) for path in (*policy.hidden, *secrets, *map(Path, SYSTEM_SECRETS),
                                                     Path("/run"), Path("/var/run"))) if p is not None]
     rule(workdir, "rw", 0)
-    for path in hidden:
+    for path in [*homes, *hidden]:
         rule(path, "hide", 2)
-    # the interpreter and packages the worker and nsinit run from, wherever a rule above would touch them
-    covered = [Path("/tmp"), *([workdir] if workdir else []), *hidden]
-    for path in _installation():
+    # the interpreter and packages the worker and nsinit run from, and the programs of the PATH, wherever a rule
+    # above would touch them (a version manager's shims need its root: pyenv, rbenv, nodenv, asdf)
+    covered = [Path("/tmp"), *([workdir] if workdir else []), *homes, *hidden]
+    programs = [p for p in (_real(Path(entry)) for entry in (policy.path or "").split(os.pathsep)
+                            if entry.startswith("/")) if p is not None and p.is_dir()]
+    programs = [p.parent if p.name == "shims" else p for p in programs]
+    programs = [p for p in programs if not any(_under(p, secret) for secret in hidden)]
+    for path in [*_installation(), *programs]:
         if any(_under(path, place) for place in covered):
             rule(path, "ro", 1)
     resolver = _real(Path("/etc/resolv.conf"))  # often a link into /run (systemd-resolved, resolvconf)
@@ -293,6 +302,11 @@ def file_system(policy: Policy) -> list[str]:
         rule(resolver, "ro", 1)
     for path in allowed:
         rule(path, "rw" if workdir and _under(path, workdir) else "ro", 3)
+
+    for path in [p for p, (_, how) in rules.items() if how == "ro"]:  # one read-only bind covers those below it
+        enclosing = [p for p in rules if p != path and _under(path, p)]
+        if enclosing and rules[max(enclosing, key=lambda p: len(p.parts))][1] == "ro":
+            del rules[path]
 
     args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--size", str(policy.tmp_bytes),
             "--tmpfs", "/tmp"]
@@ -309,6 +323,23 @@ def file_system(policy: Policy) -> list[str]:
     for path in reversed(remount):
         args += ["--remount-ro", path]
     return args
+
+
+def homes_of_users() -> list[Path]:
+    """Where users keep their files: $HOME, the user's home in the password database, /root and what /home
+    holds (their links resolved)."""
+    import pwd
+
+    places = [Path("/root")]
+    try:
+        places += [Path.home(), Path(pwd.getpwuid(os.getuid()).pw_dir)]
+    except (KeyError, RuntimeError):
+        pass
+    try:
+        places += [entry for entry in Path("/home").iterdir() if entry.is_dir()]
+    except OSError:
+        pass
+    return [p for p in dict.fromkeys(_real(place) for place in places) if p is not None and p != Path("/")]
 
 
 @functools.lru_cache(maxsize=1)
