@@ -329,3 +329,82 @@ def test_with_bwrap_the_users_home_is_empty_but_for_the_work_directory(cli, llm,
     assert "\nok\n" in seen[2] and "exit code 0" in seen[2], seen[2]
     assert (isolated.work / "written-by-code.txt").read_text() == "mine"
     assert (isolated.work / "shell-wrote.txt").read_text() == "shell\n"
+
+
+CORE_PATTERN = Path("/proc/sys/kernel/core_pattern")
+ROOT_WRITES = """\
+import os
+def attempt(what, path, data):
+    try:
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            if data:
+                os.write(fd, data)
+        finally:
+            os.close(fd)
+        print(what, 'OPEN')
+    except OSError as error:
+        print(what, 'BLOCKED', error.strerror)
+attempt('core_pattern', '/proc/sys/kernel/core_pattern', b'core.miniagi-probe')
+attempt('hostname', '/proc/sys/kernel/hostname', b'')
+attempt('sysrq', '/proc/sysrq-trigger', b'')  # opened, never written
+uid_map = open('/proc/self/uid_map').read().split()
+inside = os.getuid()
+outside = next((int(uid_map[i + 1]) + inside - int(uid_map[i]) for i in range(0, len(uid_map), 3)
+                if int(uid_map[i]) <= inside < int(uid_map[i]) + int(uid_map[i + 2])), None)
+print('uid inside', inside, 'outside', outside)
+open('still-writable.txt', 'w').write('yes')
+print('workdir written')
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only real root can write /proc/sys; as a user the kernel refuses")
+@pytest.mark.parametrize("kind", ["bwrap", "namespace"])
+def test_as_root_code_cannot_write_proc_sys_and_bwrap_runs_it_as_no_host_root(cli, llm, isolated, kind):
+    """Issue 29: as root, code in the sandbox wrote /proc/sys/kernel/core_pattern (a `|program` there runs as the
+    host's root at the next crash). /proc is read-only in both namespace kinds; under bwrap the code's uid is not
+    the host's root at all, and the work directory stays writable."""
+    before = CORE_PATTERN.read_bytes()
+    llm.add(act("execute_python", ROOT_WRITES), act("execute_shell", "echo core.shell-probe > "
+                                                                      "/proc/sys/kernel/core_pattern; echo $?"),
+            act("done", "ok"))
+    try:
+        proc = cli("-y", "--sandbox", kind, "write the kernel settings")
+        assert proc.returncode == 0, proc.stderr
+        _, seen = newest(isolated.home)
+    finally:
+        after = CORE_PATTERN.read_bytes()
+        if after != before:
+            CORE_PATTERN.write_bytes(before)  # put the host back before failing
+    assert after == before
+    for what in ("core_pattern", "hostname", "sysrq"):
+        assert f"{what} BLOCKED" in seen[1], seen[1]
+    assert "workdir written" in seen[1] and (isolated.work / "still-writable.txt").read_text() == "yes"
+    assert (isolated.work / "still-writable.txt").stat().st_uid == isolated.work.stat().st_uid
+    assert "exit code 0" not in seen[2] or "\n0\n" not in seen[2], seen[2]
+    if kind == "bwrap":
+        outside = seen[1].split("uid inside ")[1].split()[2]
+        assert outside not in ("0", "None"), seen[1]
+        assert "code runs as nobody" in proc.stderr
+    else:
+        assert "code's uid is the host's root" in proc.stderr and "/proc/sys" in proc.stderr  # the warning says so
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the host's ids matter only when miniagi runs as root")
+def test_as_root_bwrap_says_when_its_code_keeps_the_hosts_uid_0_and_proc_stays_read_only(cli, llm, isolated,
+                                                                                         tmp_path):
+    """Without nsenter (or an idmapped mount) the code's uid stays the host's root: the sandbox line says so and
+    why, and /proc is read-only all the same."""
+    before = CORE_PATTERN.read_bytes()
+    llm.add(act("execute_python", ROOT_WRITES), act("done", "ok"))
+    try:
+        proc = cli("-y", "--sandbox", "bwrap", "write the kernel settings",
+                   env={"PATH": refusing(tmp_path, "nsenter")})
+        assert proc.returncode == 0, proc.stderr
+        _, seen = newest(isolated.home)
+    finally:
+        after = CORE_PATTERN.read_bytes()
+        if after != before:
+            CORE_PATTERN.write_bytes(before)
+    assert after == before and "core_pattern BLOCKED" in seen[1] and "workdir written" in seen[1], seen[1]
+    assert "code's uid is the host's root (the system refused it (nsenter: " in proc.stderr, proc.stderr
