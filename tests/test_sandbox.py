@@ -408,3 +408,51 @@ def test_as_root_bwrap_says_when_its_code_keeps_the_hosts_uid_0_and_proc_stays_r
             CORE_PATTERN.write_bytes(before)
     assert after == before and "core_pattern BLOCKED" in seen[1] and "workdir written" in seen[1], seen[1]
     assert "code's uid is the host's root (the system refused it (nsenter: " in proc.stderr, proc.stderr
+
+
+ABSTRACT = """\
+import socket
+for name, family, address in (('abstract', socket.AF_UNIX, {abstract!r}),
+                              ('network', socket.AF_INET, ('127.0.0.1', {port}))):
+    probe = socket.socket(family, socket.SOCK_STREAM)
+    probe.settimeout(5)
+    try:
+        probe.connect(address)
+        print(name, 'CONNECTED')
+    except OSError as error:
+        print(name, 'BLOCKED', error.strerror)
+    finally:
+        probe.close()
+"""
+
+
+@pytest.mark.parametrize("kind", ["bwrap", "namespace"])
+def test_with_the_network_on_code_reaches_the_network_but_no_abstract_socket_of_the_host(cli, llm, isolated, kind):
+    """Issue 29: X11's @/tmp/.X11-unix/X0, D-Bus or containerd listen on abstract unix sockets, which belong to
+    the network namespace code shares with the host when the network is on. Landlock scopes them away."""
+    import ctypes
+    import secrets
+    import socket
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    if libc.syscall(444, None, 0, 1) < 6:  # landlock_create_ruleset(…, LANDLOCK_CREATE_RULESET_VERSION)
+        pytest.skip("no Landlock ABI 6 (Linux 6.12+) here: the sandbox line says the sockets are reachable")
+    name = f"\0miniagi-test-{secrets.token_hex(4)}"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(name)
+    listener.listen(8)
+    port = llm.url.split(":")[-1].split("/")[0]
+    try:
+        llm.add(act("execute_python", ABSTRACT.format(abstract=name, port=port)),
+                act("execute_shell", "python3 -c \"import socket; s = socket.socket(socket.AF_UNIX); "
+                                     f"s.connect({name!r}); print('SHELL CONNECTED')\" 2>&1 | tail -1"),
+                act("done", "ok"))
+        proc = cli("-y", "--sandbox", kind, "reach the desktop")
+    finally:
+        listener.close()
+    assert proc.returncode == 0, proc.stderr
+    _, seen = newest(isolated.home)
+    assert "abstract BLOCKED" in seen[1] and "network CONNECTED" in seen[1], seen[1]
+    assert "SHELL CONNECTED" not in seen[2] and "Operation not permitted" in seen[2], seen[2]
+    assert "abstract unix sockets reachable" not in proc.stderr

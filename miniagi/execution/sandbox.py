@@ -150,8 +150,8 @@ class Unconfined(Sandbox):
     def unprotected(self) -> str:
         root = (" As root it can also lift its own process and memory limits and write /proc/sys (kernel settings)."
                 if os.getuid() == 0 else "")
-        return ("it runs as you: it can see the agent's process and environment in /proc and signal it, and read "
-                "and write every file you can — your home's secrets (~/.ssh, ~/.aws, ~/.config…), $MINIAGI_HOME "
+        return ("it runs as you: it can see the agent's process and environment in /proc and signal it, reach the "
+                "host's abstract unix sockets (X11, D-Bus…), and read and write every file you can — your home's secrets (~/.ssh, ~/.aws, ~/.config…), $MINIAGI_HOME "
                 f"(runs, traces, memory), ./.env and miniagi's own installation.{root}")
 
 
@@ -165,7 +165,14 @@ class NamespaceSandbox(Sandbox):
         self._lifeline_read, self._lifeline_write = os.pipe()
 
     def _nsinit(self, argv: list[str], *flags: str) -> list[str]:
-        return [sys.executable, "-I", "-S", str(NSINIT), str(self._lifeline_read), *flags, "--", *argv]
+        scoped = ("--scope-sockets",) if sockets_scoped() else ()
+        return [sys.executable, "-I", "-S", str(NSINIT), str(self._lifeline_read), *flags, *scoped, "--", *argv]
+
+    def _sockets(self) -> str:
+        """What the sandbox line says of the host's abstract unix sockets, when they are in reach."""
+        if self.policy.network and not sockets_scoped():
+            return "; the host's abstract unix sockets reachable (Landlock ABI 6, Linux 6.12+, is not here)"
+        return ""
 
     def command(self, leader: int) -> int | None:
         for init in children(leader):
@@ -203,7 +210,7 @@ class Namespace(NamespaceSandbox):
     def describe(self) -> str:
         root = "; code's uid is the host's root" if os.geteuid() == 0 else ""
         return (f"namespace — its own processes only; files not protected; "
-                f"network {'on' if self.policy.network else 'off'}{root}")
+                f"network {'on' if self.policy.network else 'off'}{self._sockets()}{root}")
 
     def unprotected(self) -> str:
         # unshare maps the code's uid 0 to ours: no unprivileged id could write the work directory here
@@ -314,7 +321,7 @@ class Bubblewrap(NamespaceSandbox):
         elif os.geteuid() == 0:
             who = f"; code's uid is the host's root ({self.host_root or 'no idmapped mount here'})"
         return ("bwrap — work directory read-write, private /tmp, the rest read-only; $MINIAGI_HOME and .env hidden, "
-                f"homes empty; network {'on' if self.policy.network else 'off'}{who}")
+                f"homes empty; network {'on' if self.policy.network else 'off'}{self._sockets()}{who}")
 
     def close(self) -> None:
         if self.host_ids:
@@ -418,6 +425,17 @@ def file_system(policy: Policy) -> list[str]:
     for path in reversed(remount):
         args += ["--remount-ro", path]
     return args
+
+
+@functools.lru_cache(maxsize=1)
+def sockets_scoped() -> bool:
+    """Whether Landlock can keep code from the host's abstract unix sockets here (ABI 6, Linux 6.12+): nsinit
+    then scopes every namespace kind's code (see nsinit.scope_abstract_sockets)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    return libc.syscall(444, None, 0, 1) >= 6  # landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)
 
 
 def homes_of_users() -> list[Path]:
