@@ -456,3 +456,33 @@ def test_with_the_network_on_code_reaches_the_network_but_no_abstract_socket_of_
     assert "abstract BLOCKED" in seen[1] and "network CONNECTED" in seen[1], seen[1]
     assert "SHELL CONNECTED" not in seen[2] and "Operation not permitted" in seen[2], seen[2]
     assert "abstract unix sockets reachable" not in proc.stderr
+
+
+@pytest.mark.parametrize("kind", ["bwrap", "none"])
+def test_exec_disk_counts_allocated_blocks_and_files_whatever_call_made_them(cli, llm, isolated, kind):
+    """Issue 29: posix_fallocate dirties no page, so 160 MB of real blocks went unseen under a 20 MB limit; and
+    empty files cost inodes, not bytes. Both now stop the code, and nothing more runs."""
+    (isolated.work / "before.bin").write_bytes(b"x" * 25 * 2**20)  # the user's files are not the code's
+    # each file under the per-file cap (RLIMIT_FSIZE refuses one of 160 MB), 160 MB in all
+    llm.add(act("execute_python", "import os, time\nfor i in range(8):\n"
+                                  "    fd = os.open(f'big{i}.bin', os.O_CREAT | os.O_WRONLY)\n"
+                                  "    os.posix_fallocate(fd, 0, 20 * 2**20 - 4096)\n"
+                                  "print('allocated')\ntime.sleep(60)\nprint('slept through')"),
+            act("execute_shell", "echo more > more.txt"),
+            act("done", "ok"))
+    proc = cli("-y", "--sandbox", kind, "--exec-disk", "20", "--exec-timeout", "90", "allocate")
+    assert proc.returncode == 0, proc.stderr
+    seen = newest(isolated.home)[1]
+    assert "allocated" in seen[1] and "slept through" not in seen[1] and "--exec-disk" in seen[1], seen[1]
+    assert "Not run" in seen[2] and not (isolated.work / "more.txt").exists(), seen[2]
+    real = sum(path.stat().st_blocks * 512 for path in isolated.work.glob("big*.bin"))
+    assert real >= 150 * 2**20  # the blocks were real
+
+    many = "import os\nos.mkdir('many')\nfor i in range(30000):\n    open(f'many/{i}', 'w').close()\nprint('made')"
+    llm.add(act("execute_python", many), act("execute_python", "print('after')"), act("done", "ok"))
+    proc = cli("-y", "--sandbox", kind, "--exec-disk", "20", "--exec-timeout", "90", "make files")
+    assert proc.returncode == 0, proc.stderr
+    seen = newest(isolated.home)[1]
+    assert "files in the work directory" in seen[1] + seen[2] and "10,000" in seen[1] + seen[2], seen
+    assert "Not run" in seen[2] or "Stopped" in seen[1], seen
+    assert "after" not in seen[2]

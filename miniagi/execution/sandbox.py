@@ -151,8 +151,9 @@ class Unconfined(Sandbox):
         root = (" As root it can also lift its own process and memory limits and write /proc/sys (kernel settings)."
                 if os.getuid() == 0 else "")
         return ("it runs as you: it can see the agent's process and environment in /proc and signal it, reach the "
-                "host's abstract unix sockets (X11, D-Bus…), and read and write every file you can — your home's secrets (~/.ssh, ~/.aws, ~/.config…), $MINIAGI_HOME "
-                f"(runs, traces, memory), ./.env and miniagi's own installation.{root}")
+                "host's abstract unix sockets (X11, D-Bus…), and read and write every file you can — your home's "
+                "secrets (~/.ssh, ~/.aws, ~/.config…), $MINIAGI_HOME (runs, traces, memory), ./.env and miniagi's "
+                f"own installation.{root}")
 
 
 class NamespaceSandbox(Sandbox):
