@@ -270,6 +270,8 @@ class Bubblewrap(NamespaceSandbox):
     def probe(self) -> str:
         if os.geteuid() == 0 and self.program:
             self.host_root = self._unprivileged()
+            if self.host_ids:
+                return ""
         why = super().probe()
         if why and self.program:
             self.no_nested_userns = False
