@@ -226,7 +226,7 @@ class DiskMeter:
       (`Limits.files`: empty files cost inodes, not blocks).
 
     Read four times a second while code runs (the work directory's walk no more often than twice a second, and
-    rarer when it is slow): past the limit, the code is stopped."""
+    rarer when it is slow; always once a launch has ended): past the limit, the code is stopped."""
 
     def __init__(self, limit_bytes: int, places: tuple[Path, ...] = (), file_limit: int | None = None):
         self.limit = limit_bytes
@@ -236,7 +236,7 @@ class DiskMeter:
         self.places = places
         self.base_blocks, self.base_files = _allocated(places)
         self.grown_blocks = self.grown_files = 0
-        self._next_walk = self._walk_cost = 0.0
+        self._next_walk = 0.0
 
     def started(self, leader: int) -> None:
         self.live[leader] = 0
@@ -245,8 +245,8 @@ class DiskMeter:
         seen = self.live.pop(leader, 0)
         reaped = rusage.ru_oublock * 512 if rusage is not None else 0
         self.finished += max(seen, reaped)
-        if self.places and (self._walk_cost < 0.05 or time.monotonic() >= self._next_walk):
-            self._walk()  # what the launch left, for the next one's "Not run"
+        if self.places:
+            self._walk()  # what the launch left, for the next one's "Not run" (even when walks are slow)
 
     def _walk(self) -> None:
         started = time.monotonic()
@@ -254,8 +254,7 @@ class DiskMeter:
         self.grown_blocks = max(self.grown_blocks, blocks - self.base_blocks)
         self.grown_files = max(self.grown_files, files - self.base_files)
         now = time.monotonic()
-        self._walk_cost = now - started
-        self._next_walk = now + max(WALK_EVERY_S, 20 * self._walk_cost)
+        self._next_walk = now + max(WALK_EVERY_S, 20 * (now - started))
 
     def written(self) -> int:
         for leader in self.live:
