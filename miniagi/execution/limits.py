@@ -246,7 +246,7 @@ class DiskMeter:
         reaped = rusage.ru_oublock * 512 if rusage is not None else 0
         self.finished += max(seen, reaped)
         if self.places:
-            self._walk()  # what the launch left, for the next one's "Not run" (even when walks are slow)
+            self._walk()  # what the launch left (even when walks are slow)
 
     def _walk(self) -> None:
         started = time.monotonic()
@@ -263,7 +263,11 @@ class DiskMeter:
             self._walk()
         return max(self.finished + sum(self.live.values()), self.grown_blocks)
 
-    def left(self) -> int:
+    def left(self, fresh: bool = False) -> int:
+        """What is left; fresh (before a snippet or command starts), with the work directory walked now: a
+        warm Python worker's snippet ends with no launch ending."""
+        if fresh and self.places:
+            self._walk()
         left = max(0, self.limit - self.written())
         return 0 if self.file_limit is not None and self.grown_files > self.file_limit else left
 
