@@ -398,9 +398,11 @@ def file_system(policy: Policy) -> list[str]:
     for path in allowed:
         rule(path, "rw" if workdir and _under(path, workdir) else "ro", 3)
 
-    for path in [p for p, (_, how) in rules.items() if how == "ro"]:  # one read-only bind covers those below it
+    # one read-only bind covers those below it, and a hidden directory what it holds (~/.ssh in an empty home
+    # is missing, not an empty mount point)
+    for path in [p for p, (_, how) in rules.items() if how in ("ro", "hide")]:
         enclosing = [p for p in rules if p != path and _under(path, p)]
-        if enclosing and rules[max(enclosing, key=lambda p: len(p.parts))][1] == "ro":
+        if enclosing and rules[max(enclosing, key=lambda p: len(p.parts))][1] == rules[path][1]:
             del rules[path]
 
     # /proc read-only: /proc/sys and /proc/sysrq-trigger check the uid, not capabilities
@@ -422,12 +424,32 @@ def file_system(policy: Policy) -> list[str]:
             args += ["--tmpfs", str(path)]
             remount.append(str(path))  # read-only last, once the mounts inside it are made
         elif how == "hide":
-            args += ["--ro-bind", "/dev/null", str(path)]
+            args += ["--ro-bind", _empty_file(), str(path)]
         else:
             args += ["--bind" if how == "rw" else "--ro-bind", str(path), str(path)]
     for path in reversed(remount):
         args += ["--remount-ro", path]
     return args
+
+
+_EMPTY: list[str] = []
+
+
+def _empty_file() -> str:
+    """An empty, read-only regular file to lay over a hidden file: /dev/null, bound without its device (bwrap's
+    binds are nodev), read as "Permission denied" instead of the empty file the docs promise."""
+    if _EMPTY and os.path.isfile(_EMPTY[0]) and os.stat(_EMPTY[0]).st_size == 0:
+        return _EMPTY[0]
+    import atexit
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="miniagi-hidden-")
+    path = os.path.join(folder, "empty")
+    os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o444))
+    os.chmod(path, 0o444)
+    atexit.register(shutil.rmtree, folder, True)
+    _EMPTY[:] = [path]
+    return path
 
 
 @functools.lru_cache(maxsize=1)
