@@ -39,6 +39,7 @@ from .limits import children
 
 NSINIT = Path(__file__).resolve().with_name("nsinit.py")
 HOSTIDS = Path(__file__).resolve().with_name("hostids.py")
+EMPTY = Path(__file__).resolve().with_name("empty")  # laid over hidden files
 NOBODY = 65534  # the code's uid and gid on the host under bwrap started by root
 INNER_COMMAND_PID = 2  # nsinit is 1 and forks the command first
 INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap; "
@@ -432,24 +433,11 @@ def file_system(policy: Policy) -> list[str]:
     return args
 
 
-_EMPTY: list[str] = []
-
-
 def _empty_file() -> str:
-    """An empty, read-only regular file to lay over a hidden file: /dev/null, bound without its device (bwrap's
-    binds are nodev), read as "Permission denied" instead of the empty file the docs promise."""
-    if _EMPTY and os.path.isfile(_EMPTY[0]) and os.stat(_EMPTY[0]).st_size == 0:
-        return _EMPTY[0]
-    import atexit
-    import tempfile
-
-    folder = tempfile.mkdtemp(prefix="miniagi-hidden-")
-    path = os.path.join(folder, "empty")
-    os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o444))
-    os.chmod(path, 0o444)
-    atexit.register(shutil.rmtree, folder, True)
-    _EMPTY[:] = [path]
-    return path
+    """An empty regular file to lay over a hidden file, read-only: /dev/null, bound without its device (bwrap's
+    binds are nodev), reads as "Permission denied" instead of the empty file the docs promise. It ships with
+    miniagi; should code under a weaker kind have written into it, /dev/null it is."""
+    return str(EMPTY) if EMPTY.is_file() and EMPTY.stat().st_size == 0 else "/dev/null"
 
 
 @functools.lru_cache(maxsize=1)
