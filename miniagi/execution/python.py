@@ -113,7 +113,7 @@ class PythonSession:
         return self.worker is not None and self.worker.poll() is None
 
     def run(self, code: str, label: str | None = None) -> ExecResult:
-        disk_left = self.limits.disk.left() if self.limits else None
+        disk_left = self.limits.disk.left(fresh=True) if self.limits else None
         if disk_left == 0:
             return ExecResult("", ok=False, note=f"Not run: {self.limits.disk.describe()}. Nothing more can be "
                                                  "written in this run; say what you have, or finish.")

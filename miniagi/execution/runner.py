@@ -25,7 +25,7 @@ class CodeRunner:
         # the working directory is the code's home: caches and dotfiles it writes stay with the work
         self.env = dict(child_environment(environ, settings.pass_env), HOME=str(self.workdir))
         self.limits = RunLimits(Limits(memory_mb=settings.exec_memory, cpu_s=settings.exec_timeout or 3600,
-                                       disk_mb=settings.exec_disk))
+                                       disk_mb=settings.exec_disk), self.workdir)
         policy = Policy(workdir=self.workdir,
                         # the agent's own files: runs, traces, memory, and the .env files it reads
                         hidden=(settings.home_path, Path.cwd() / ".env", self.workdir / ".env"),

@@ -24,7 +24,7 @@ def shell_program() -> list[str]:
 
 def run_shell(command: str, workdir: Path, env: Mapping[str, str], timeout_s: float, max_chars: int,
               limits: RunLimits | None = None, sandbox: Sandbox | None = None) -> ExecResult:
-    disk_left = limits.disk.left() if limits else None
+    disk_left = limits.disk.left(fresh=True) if limits else None
     if disk_left == 0:
         return ExecResult("", ok=False, note=f"Not run: {limits.disk.describe()}. Nothing more can be written in "
                                              "this run; say what you have, or finish.")
