@@ -514,6 +514,17 @@ class BrokenStream(Exception):
     """The stream ended without saying the reply was complete: the endpoint is asked without streaming."""
 
 
+class CallPiece(str):
+    """A piece of a streaming tool call's arguments, told with the name of the tool called (the first call's)."""
+
+    tool: str
+
+    def __new__(cls, text: str, tool: str) -> "CallPiece":
+        piece = super().__new__(cls, text)
+        piece.tool = tool
+        return piece
+
+
 @dataclass
 class Reply:
     """What arrived of one reply, streamed or not, gathered into what a non-streamed reply would say."""
@@ -556,7 +567,8 @@ class Reply:
                 self.first_at = self.first_at or now
                 self.length += sum(map(len, pieces))
                 if on_piece is not None:
-                    on_piece("".join(pieces))
+                    on_piece(CallPiece("".join(pieces), self.calls[min(self.calls)]["name"]) if len(pieces) > 1
+                             else pieces[0])
             if choice.get("finish_reason"):
                 self.finish_reason = str(choice["finish_reason"])
 

@@ -43,6 +43,7 @@ class RunWorkspace:
         # its sandbox and limits; code calls the agent's commands through tool_handler
         self.execution = CodeRunner(settings, environ, budget.item_chars, tools=python_tools(),
                                     tool_handler=lambda name, arg: self.tool_handler(name, arg))
+        self.execution.on_output = getattr(ui, "code_line", None)  # what code prints, shown as it prints it
         self.memory = memory
         self.search_backend = search_backend
         self.summarize = summarize
