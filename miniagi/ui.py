@@ -177,14 +177,16 @@ class Terminal:
                     pending[:] = [rest]
 
         self.live_reply.shown = None
+        interrupted = True
         try:
             yield on_piece
+            interrupted = False
         finally:
             if "".join(pending):
                 show("".join(pending))
             self.streamed_live.shown = printed
             if reply is not None:
-                reply.finish()
+                reply.finish(interrupted)
                 flow.reply = None
                 self.live_reply.shown = reply if reply.started else None
 
@@ -419,18 +421,18 @@ class LiveReply:
             self.text.append(piece)
         self.update()
 
-    def finish(self) -> None:
+    def finish(self, interrupted: bool = False) -> None:
         """The reply ended (or was interrupted): its last lines are printed, so what was seen stays."""
-        self.update(final=True)
+        self.update(final=True, interrupted=interrupted)
 
     def coming(self) -> Text | None:
         with self.lock:
             if self.current is None or not self.current[0].strip():
                 return None
             text, style = self.current
-        return Text(_cut(text), style=style)
+        return Text(text if "\n" in text else _cut(text), style=style)
 
-    def update(self, final: bool = False) -> None:
+    def update(self, final: bool = False, interrupted: bool = False) -> None:
         with self.lock:
             thought, command, arg = partial_action("".join(self.text), self.tool, "".join(self.arguments))
             thought_lines = self.terminal.shown(thought).split("\n")
@@ -450,6 +452,11 @@ class LiveReply:
                 self.command = command
                 self._print(f"  {self.terminal.shown(command)}", "bold magenta")
             arg_lines = self.terminal.shown(arg).split("\n") if arg else []
+            if command in self.terminal.approved and not interrupted:  # the approval panel will show it whole:
+                # meanwhile its last lines are on the spinner's
+                last = arg_lines[-LIVE_ARG_LINES:]
+                self.current = None if final else ("\n".join("    " + _cut(line) for line in last), "yellow")
+                return
             self._lines(arg_lines if final else arg_lines[:-1], "arg", "    ", "yellow", LIVE_ARG_LINES)
             self.current = None if final or not arg_lines else ("    " + arg_lines[-1], "yellow")
             if final:
