@@ -218,8 +218,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         objective = sys.stdin.read()
     with _starting():
         from .agent import Agent
-
-        agent = Agent(settings, wait_for_memory=False)  # the process ends after it
+    # after the spinner: a question about ./.env is asked on a line of its own, the answer echoed
+    agent = Agent(settings, wait_for_memory=False)  # the process ends after it
     result = agent.run(objective, follows=_followed(args, agent.store, settings.workdir_path))
     return _finish(result, args.json)
 
@@ -246,8 +246,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     settings = resolve_settings(_flags(args))
     with _starting():
         from .agent import Agent
-
-        agent = Agent(settings, wait_for_memory=False)  # the process ends after it
+    agent = Agent(settings, wait_for_memory=False)  # after the spinner: it may ask about ./.env
     previous, workspace, code = _followed(args, agent.store, settings.workdir_path), None, 0
     interactive = sys.stdin is not None and sys.stdin.isatty()
     try:

@@ -209,3 +209,20 @@ def test_the_python_api_can_be_quiet_and_a_resume_says_where_it_goes_on(isolated
     loud = Agent(settings.with_overrides({"max_steps": 3}), model=ScriptedModel([act("done", "42")]))
     assert loud.resume(stopped.run_id).answer == "42"
     assert f"run {stopped.run_id} resuming at step 2" in capfd.readouterr().err
+
+
+def test_a_dotenv_question_is_asked_after_the_spinner_with_its_choices_and_the_answer_echoed(cli, llm, isolated):
+    from .test_live_terminal import Screen
+
+    (isolated.work / ".env").write_text(f"OPENAI_BASE_URL={llm.url}\n")
+    llm.add(act("done", "first"), act("done", "second"))
+    assert cli("hello").returncode == 0  # the first sight of this .env: taken as it is, and remembered
+    (isolated.work / ".env").write_text(f"OPENAI_BASE_URL={llm.url}/\n")  # changed since
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_BASE_URL"}
+    screen = Screen(["hello again"], isolated.work, dict(env, OPENAI_API_KEY="sk-test-key-123456",
+                                                         MINIAGI_MEMORY_SCOPE="off"))
+    shown = screen.wait_for(r"\[y\]es / \[N\]o: ?$")
+    assert "starting…" not in shown and "Use it?" in shown
+    os.write(screen.master, b"y\r")
+    assert screen.finish() == 0
+    assert "[y]es / [N]o: y\n" in screen.text() and "second" in screen.text()
