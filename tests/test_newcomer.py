@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -226,3 +227,23 @@ def test_a_dotenv_question_is_asked_after_the_spinner_with_its_choices_and_the_a
     os.write(screen.master, b"y\r")
     assert screen.finish() == 0
     assert "[y]es / [N]o: y\n" in screen.text() and "second" in screen.text()
+
+
+def test_miniagis_own_env_example_works_as_written_and_its_ignored_names_are_said_once(cli, llm, isolated):
+    # tests/data/miniagi.env_example: MiniAGI's .env_example, from its repository (muellerberndt/mini-agi)
+    example = (Path(__file__).parent / "data" / "miniagi.env_example").read_text()
+    assert "\nWORK_DIR=\n" in example and "SUMMARIZER_CHUNK_SIZE=3000" in example
+    (isolated.work / ".env").write_text(example)
+    llm.add(act("execute_shell", "pwd"), act("done", "one"), act("done", "two"), act("done", "three"))
+    first = cli("hello", process=True)
+    assert first.returncode == 0, first.stderr
+    assert first.stderr.count("SUMMARIZER_CHUNK_SIZE (a MiniAGI setting) is ignored") == 1
+    assert "model gpt-4" in first.stderr  # MODEL="gpt-4" is taken
+    _, result, trace = load_run(isolated.home)
+    assert "needs the user's approval" in observations(trace)[1]  # PROMPT_USER=true: it asks; no one is there
+    assert result["workdir"] == str(isolated.work)  # WORK_DIR= (empty): the default
+    second = cli("hello", process=True)
+    assert second.returncode == 0 and "is ignored" not in second.stderr  # the same file: said already
+    (isolated.work / ".env").write_text(example.replace("SUMMARIZER_CHUNK_SIZE=3000", "SUMMARIZER_CHUNK_SIZE=1000"))
+    third = cli("hello", process=True)
+    assert third.returncode == 0 and "SUMMARIZER_CHUNK_SIZE (a MiniAGI setting) is ignored" in third.stderr
