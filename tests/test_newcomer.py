@@ -247,3 +247,15 @@ def test_miniagis_own_env_example_works_as_written_and_its_ignored_names_are_sai
     (isolated.work / ".env").write_text(example.replace("SUMMARIZER_CHUNK_SIZE=3000", "SUMMARIZER_CHUNK_SIZE=1000"))
     third = cli("hello", process=True)
     assert third.returncode == 0 and "SUMMARIZER_CHUNK_SIZE (a MiniAGI setting) is ignored" in third.stderr
+
+
+def test_the_readme_installs_in_a_way_an_externally_managed_python_allows():
+    """Debian 12 and Ubuntu 23.04+ refuse `pip install .` into the system Python (PEP 668): the README's first
+    command installs with pipx (an environment of its own), and says what to do without it."""
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    first = readme.split("```bash\n", 1)[1].split("\n```", 1)[0]
+    assert first.startswith("pipx install . && miniagi ")
+    after = " ".join(readme.split(first, 1)[1].split("```bash", 1)[0].split())
+    assert "externally-managed-environment" in after and "apt install pipx" in after and "python3 -m venv" in after
+    second = readme.split("```bash\n", 2)[2].split("\n```", 1)[0]
+    assert second == 'pip install -e ".[test]" && python -m pytest -q'  # what CI runs (.ci/run), unchanged
