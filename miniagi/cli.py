@@ -273,19 +273,23 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
 def cmd_resume(args: argparse.Namespace) -> int:
     from .agent import Agent, recorded_settings
-    from .trust import narrowed
+    from .trust import narrowed, resume_flags
 
     flags = _flags(args)
     store = _store(args)
     overrides = {name: value for name, value in flags.items() if value is not None}
     # the recorded settings, none wider than the user's current ones (code the run executed could have rewritten
     # the trace), with what was given now on top; runs stay where they were found
-    settings, differences = narrowed(recorded_settings(store, args.run_id), resolve_settings(flags))
+    recorded = recorded_settings(store, args.run_id)
+    settings, differences = narrowed(recorded, resolve_settings(flags))
     settings = settings.with_overrides({**overrides, "home": str(store.root.parent)})
     agent = Agent(settings, wait_for_memory=False)  # the process ends after it
-    said = [text for name, text in differences.items() if name not in overrides and name != "home"]
+    said = [name for name in differences if name not in overrides and name != "home"]
     if said:
-        agent.ui.warn("not taken from the run's trace: " + "; ".join(said) + " (give an option to choose)")
+        again = resume_flags(recorded, leave=tuple(name for name in recorded.__dataclass_fields__
+                                                   if name not in said))
+        agent.ui.warn("not taken from the run's trace: " + "; ".join(differences[name] for name in said)
+                      + f". To run with them, add `{again.strip()}` to the command")
     result = agent.resume(args.run_id)
     return _finish(result, args.json)
 

@@ -21,7 +21,7 @@ from memory.run_memory import RunMemory
 from . import critic
 from . import events as ev
 from .commands import COMMANDS, Outcome, code_commands
-from .config import ConfigError
+from .config import OPTIONS_BY_NAME, ConfigError
 from .execution import cap_text
 from .loops import STOP_AFTER, WARN_AFTER
 from .model import Completion, ModelError, ModelUnavailable
@@ -29,6 +29,7 @@ from .protocols import Decision, MalformedReply, one_command_line
 from .runs import RunRecord, now_iso, process_identity
 from .redaction import redact_data
 from .state import RunState
+from .trust import resume_flags
 from .ui import plural
 from .stops import EXIT_CODES, Ending, LimitReached, Stop, Stuck, Submitted, TooManyFormatErrors, ending_for
 from .workspace import RunWorkspace
@@ -133,7 +134,8 @@ class Run:
             self.remember(self.memory.item("answer", f"Objective: {state.objective}\nFinal answer: "
                                                      f"{submitted.answer}", state.step))
         except (Exception, KeyboardInterrupt) as exc:
-            ending = ending_for(exc, record.run_id, first_call_made=self.resumed or state.llm_calls > 0)
+            ending = ending_for(exc, record.run_id, first_call_made=self.resumed or state.llm_calls > 0,
+                                resume=self.resume_command())
             interrupted = isinstance(exc, KeyboardInterrupt)
             if ending.internal:
                 self.emit_quietly(ev.Error(step=state.step, traceback=traceback.format_exc()))
@@ -167,15 +169,21 @@ class Run:
         state, settings = self.state, self.settings
         if state.step >= settings.max_steps:
             raise LimitReached(f"step limit reached ({plural(settings.max_steps, 'step')}). Continue with "
-                               f"`miniagi resume {self.record.run_id} --max-steps {settings.max_steps * 2}`")
+                               f"`{self.resume_command(max_steps=settings.max_steps * 2)}`")
         self.check_calls()
         self.check_cost()
+
+    def resume_command(self, **raised) -> str:
+        """The exact `miniagi resume` that goes on with this run as it ran (-y and the like included), with the
+        limits `raised` (name → new value)."""
+        extra = "".join(f" {OPTIONS_BY_NAME[name].flag} {value:g}" for name, value in raised.items())
+        return f"miniagi resume {self.record.run_id}{resume_flags(self.settings, leave=tuple(raised))}{extra}"
 
     def check_calls(self) -> None:
         limit = self.settings.max_calls
         if self.state.llm_calls >= limit:
             raise LimitReached(f"model call limit reached ({limit} calls). Continue with "
-                               f"`miniagi resume {self.record.run_id} --max-calls {limit * 2}`")
+                               f"`{self.resume_command(max_calls=limit * 2)}`")
 
     def affordable(self, next_call: float = 0.0) -> bool:
         """Whether a call that costs at most `next_call` stays within the cost limit."""
@@ -191,8 +199,8 @@ class Run:
         reason = (f"cost limit reached ({spent})" if state.cost_usd >= limit else
                   f"cost limit: the next model call could cost up to ${next_call:.4f} (its prompt and a full reply), "
                   f"past the limit ({spent}; a lower --max-reply-tokens lowers that bound)")
-        raise LimitReached(f"{reason}. Continue with `miniagi resume {self.record.run_id} --max-cost "
-                           f"{max(limit * 2, round(state.cost_usd + 2 * next_call, 4)):g}`")
+        raised = max(limit * 2, round(state.cost_usd + 2 * next_call, 4))
+        raise LimitReached(f"{reason}. Continue with `{self.resume_command(max_cost=raised)}`")
 
     def think(self) -> Decision | None:
         """The model's next action (emitted), or None when its reply could not be used (the error is emitted)."""

@@ -259,3 +259,22 @@ def test_the_readme_installs_in_a_way_an_externally_managed_python_allows():
     assert "externally-managed-environment" in after and "apt install pipx" in after and "python3 -m venv" in after
     second = readme.split("```bash\n", 2)[2].split("\n```", 1)[0]
     assert second == 'pip install -e ".[test]" && python -m pytest -q'  # what CI runs (.ci/run), unchanged
+
+
+def test_resume_hints_say_the_exact_command_with_y(cli, llm, isolated):
+    llm.add(act("execute_shell", "echo one"), act("execute_shell", "echo two"))
+    stopped = cli("-y", "--max-steps", "2", "--pass-env", "LANG", "count")
+    assert stopped.returncode == 3
+    (run_id,) = [path.name for path in run_dirs(isolated.home)]
+    hint = f"`miniagi resume {run_id} -y --pass-env LANG --max-steps 4`"
+    assert hint in stopped.stderr
+    # followed from a script, the hint runs its commands again (without -y each would be refused)
+    llm.add(act("execute_shell", "echo three > three.txt"), act("done", "counted"))
+    resumed = cli(*hint.strip("`").split()[1:])
+    assert resumed.returncode == 0 and (isolated.work / "three.txt").read_text() == "three\n"
+    # given without -y, the notice says what to add
+    llm.add(act("execute_shell", "echo four"))
+    cli("-y", "--max-steps", "1", "again")
+    newest = sorted(run_dirs(isolated.home))[-1].name
+    notice = cli("resume", newest, "--max-steps", "1")
+    assert "--yes on (now off)" in notice.stderr and "add `-y` to the command" in notice.stderr
