@@ -41,6 +41,11 @@ class Parser(argparse.ArgumentParser):
             args[:2] = ["batch-report"]  # `miniagi batch report DIR…`: a command of its own (no batch FILE is "report")
         return super().parse_known_args(args, namespace)
 
+    def error(self, message: str):
+        """A usage error is one line (not the whole usage first), and says where the usage is."""
+        hint = "" if "--help" in message else f" (`{self.prog} --help` shows the usage)"
+        self.exit(2, f"{self.prog}: error: {message}{hint}\n")
+
     def unknown(self, extras: list[str]) -> None:
         import difflib
 
@@ -85,15 +90,37 @@ def _add_follow_options(parser: argparse.ArgumentParser, what: str) -> None:
                         "or last: the newest of this work directory)")
 
 
+# the options most runs use, shown by `miniagi --help` (`miniagi run --help` lists them all)
+MAIN_RUN_OPTIONS = ("model", "yes", "max_steps", "max_cost", "workdir", "protocol", "critic", "debug")
+
+
+def _main_options() -> str:
+    import textwrap
+
+    from .config import OPTIONS_BY_NAME
+
+    lines = []
+    for name in MAIN_RUN_OPTIONS:
+        option = OPTIONS_BY_NAME[name]
+        flags = ", ".join(option.flags) + (f" {option.metavar}" if option.metavar and not option.boolean else "")
+        default = f" (default: {option.default_text})" if option.default_text and not option.boolean else ""
+        lines.append(textwrap.fill(f"{option.help}{default}", 100, initial_indent=f"  {flags:<24}",
+                                   subsequent_indent=" " * 26))
+    return "\n".join(lines)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="miniagi",
+        usage='miniagi [OPTIONS] "OBJECTIVE"  |  miniagi COMMAND ...',
         description="An autonomous agent: give it an objective, it works in short steps until done.",
-        epilog='Examples:  miniagi "Find the largest file in this folder"   ·   miniagi run --help (all options)'
-               "   ·   miniagi runs   ·   miniagi show RUN_ID",
+        epilog="main run options (`miniagi run --help` lists them all, each also an environment variable):\n"
+               + _main_options() + '\n\nexamples:\n  miniagi -y -m gpt-4o "Find the largest file in this folder"\n'
+               "  miniagi runs      miniagi show last      miniagi resume last      miniagi chat",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"miniagi {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", prog="miniagi")
 
     run = commands.add_parser("run", help=COMMAND_HELP["run"], description=COMMAND_HELP["run"])
     run.add_argument("objective", nargs="+", help="what the agent should achieve (- reads it from stdin)")

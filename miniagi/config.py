@@ -167,7 +167,8 @@ def option(default: Any, parse: Callable[[str], Any], help: str, **how: Any) -> 
 
 @dataclass(frozen=True)
 class Settings:
-    model: str = option("gpt-4o-mini", parse_text, "model for the agent's actions", aliases=("MODEL",), metavar="M")
+    model: str = option("gpt-4o-mini", parse_text, "model for the agent's actions", aliases=("MODEL",), metavar="M",
+                        short="-m")
     summarizer_model: str | None = option(
         None, parse_text, "model for summaries and process_data", shown_default="the agent's",
         aliases=("SUMMARIZER_MODEL",), metavar="M")

@@ -47,7 +47,8 @@ def test_an_unknown_option_is_named_with_the_closest_one(argv, expected, capsys)
         main(argv)
     err = capsys.readouterr().err
     assert stop.value.code == 2 and expected in err and "quote it" not in err
-    assert f"usage: miniagi {argv[0] if argv[0] in ('show', 'batch') else 'run'}" in err  # the command's own usage
+    # one line, not the usage first; it names the command's own help
+    assert one_line(err) and f"`miniagi {argv[0] if argv[0] in ('show', 'batch') else 'run'} --help`" in err
 
 
 def test_help_shows_defaults_and_what_prompt_user_means(capsys):
@@ -278,3 +279,15 @@ def test_resume_hints_say_the_exact_command_with_y(cli, llm, isolated):
     newest = sorted(run_dirs(isolated.home))[-1].name
     notice = cli("resume", newest, "--max-steps", "1")
     assert "--yes on (now off)" in notice.stderr and "add `-y` to the command" in notice.stderr
+
+
+def test_m_is_model_and_miniagi_help_shows_the_main_run_options(cli, llm, capsys):
+    from miniagi.cli import main
+
+    llm.add(act("done", "ok"))
+    assert cli("-m", "tiny-model", "hello").returncode == 0 and llm.requests[0]["model"] == "tiny-model"
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = capsys.readouterr().out
+    for shown in ("-m, --model M", "-y, --yes", "--max-steps N", "--max-cost USD", "--workdir DIR"):
+        assert shown in text, shown
