@@ -268,6 +268,13 @@ def _followed(args: argparse.Namespace, store, workdir) -> str | None:
     return None
 
 
+CHAT_EXIT = {"exit", "quit", "/exit", "/quit", "/q", ":q", "bye"}
+CHAT_HELP_WORDS = {"help", "/help", "?", "/?"}
+CHAT_HELP = ("Type an objective and press Enter; /help for help; exit, quit or Ctrl-D to leave.\n"
+             "Each objective is a run of its own that follows the one before: Python variables, memory and the "
+             "summary carry over.\n`miniagi runs` lists the runs afterwards, `miniagi show last` shows the newest.")
+
+
 def cmd_chat(args: argparse.Namespace) -> int:
     """Objectives one line at a time; each is a run that follows the one before and shares its Python session."""
     settings = resolve_settings(_flags(args))
@@ -276,6 +283,14 @@ def cmd_chat(args: argparse.Namespace) -> int:
     agent = Agent(settings, wait_for_memory=False)  # after the spinner: it may ask about ./.env
     previous, workspace, code = _followed(args, agent.store, settings.workdir_path), None, 0
     interactive = sys.stdin is not None and sys.stdin.isatty()
+    if interactive:
+        from rich.markup import escape
+
+        from .ui import visible
+
+        agent.ui.echo_objective = False  # the person just typed it
+        agent.ui.say(f"[bold]miniagi chat[/] · model {escape(visible(settings.model))} · folder "
+                     f"{escape(visible(str(settings.workdir_path)))}\n[dim]{CHAT_HELP.splitlines()[0]}[/]")
     try:
         while True:
             if interactive:
@@ -285,6 +300,11 @@ def cmd_chat(args: argparse.Namespace) -> int:
                 break
             objective = line.strip()
             if not objective:
+                continue
+            if objective.lower() in CHAT_EXIT:
+                break
+            if objective.lower() in CHAT_HELP_WORDS:
+                print(CHAT_HELP, file=sys.stderr)
                 continue
             run = agent.start(objective, follows=previous, workspace=workspace)
             run.owns_workspace = False  # the session's Python goes on to the next objective: closed at the end

@@ -105,6 +105,7 @@ class Terminal:
         self.streamed_live = threading.local()  # --debug: this thread's last reply was printed as it came
         self.live_reply = threading.local()  # the LiveReply that showed this thread's last reply as it came
         self.live_output: list[str] = []  # the lines the last command printed, as shown while it ran
+        self.echo_objective = True  # not in a chat: the person just typed it
 
     def shown(self, text: str) -> str:
         """What a text of the model's or of executed code becomes on the terminal: redacted, made visible."""
@@ -119,7 +120,8 @@ class Terminal:
         verb = "started" if resumed_at is None else f"resuming at step {resumed_at + 1}"
         continues = f" · continues run {follows}" if follows else ""
         self.say(f"[bold]run {run_id}[/] {verb}{continues} · model {escape(visible(model))}")
-        self.say(Text(f"objective: {self.shown(objective)}", style="cyan"))
+        if self.echo_objective:
+            self.say(Text(f"objective: {self.shown(objective)}", style="cyan"))
 
     def thinking(self, step: int):
         return self.working(f"step {step}: thinking", step=step)

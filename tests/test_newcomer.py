@@ -291,3 +291,22 @@ def test_m_is_model_and_miniagi_help_shows_the_main_run_options(cli, llm, capsys
     text = capsys.readouterr().out
     for shown in ("-m, --model M", "-y, --yes", "--max-steps N", "--max-cost USD", "--workdir DIR"):
         assert shown in text, shown
+
+
+def test_chat_opens_with_a_banner_and_handles_help_and_exit(llm, isolated):
+    from .test_live_terminal import Screen
+
+    llm.add(act("done", "Paris"))
+    screen = Screen(["chat", "-m", "tiny-model"], isolated.work,
+                    dict(os.environ, OPENAI_BASE_URL=llm.url, OPENAI_API_KEY="sk-test-key-123456",
+                         MINIAGI_MEMORY_SCOPE="off"))
+    banner = screen.wait_for(r"›$")
+    assert f"model tiny-model · folder {isolated.work}" in banner and "exit" in banner and "Ctrl-D" in banner
+    os.write(screen.master, b"/help\r")
+    screen.wait_for(r"carry over[\s\S]*›$")
+    os.write(screen.master, b"capital of France?\r")
+    turn = screen.wait_for(r"Paris\n›$")
+    assert "objective: capital of France?" not in turn  # not echoed back: it was just typed
+    os.write(screen.master, b"exit\r")
+    assert screen.finish() == 0
+    assert len(llm.agent_requests()) == 1  # neither /help nor exit went to the model
