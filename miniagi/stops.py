@@ -59,11 +59,12 @@ def ending_for(exc: BaseException, run_id: str, *, first_call_made: bool, resume
     if isinstance(exc, Stop):
         return Ending(exc.status, str(exc), exc.exit_code)
     if isinstance(exc, ModelError) and not first_call_made:  # the request itself is refused: resuming would too
-        return Ending("error", f"{exc} (refused at the first request: no run was kept)", 2, discard=True)
+        return Ending("error", f"{exc} (refused at the first request: run {run_id} was not kept)", 2, discard=True)
     if isinstance(exc, (ModelUnavailable, ModelError)):  # the endpoint down, hung, or refusing the request
         return Ending("error", f"{exc}. The run is saved: {resume}.", 2)
     if isinstance(exc, ConfigError):  # the endpoint refused us (bad key, unknown model)
-        return Ending("error", str(exc), 2, discard=not first_call_made)
+        kept = "" if first_call_made else f" (nothing was done: run {run_id} was not kept)"
+        return Ending("error", f"{exc}{kept}", 2, discard=not first_call_made)
     if isinstance(exc, KeyboardInterrupt):
         return Ending("interrupted", f"interrupted; `{command}` continues the run",
                       EXIT_CODES["interrupted"])

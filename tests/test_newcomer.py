@@ -75,8 +75,10 @@ def test_a_killed_run_is_listed_as_interrupted_not_running(cli, llm, isolated):
 def test_a_refused_model_leaves_no_run_behind(cli, llm, isolated):
     llm.add(Fail(404, message="The model `gpt-7` does not exist"))
     proc = cli("--model", "gpt-7", "hello")
-    assert proc.returncode == 2 and "does not know model 'gpt-7'" in proc.stderr
+    assert proc.returncode == 2 and "does not serve model 'gpt-7'; it serves: gpt-4o-mini" in proc.stderr
     assert run_dirs(isolated.home) == []
+    run_id = proc.stderr.split("run ", 1)[1].split()[0]  # said when it started: the error says it was not kept
+    assert f"run {run_id} was not kept" in proc.stderr.splitlines()[-1]
 
 
 def test_a_batch_rerun_resumes_what_a_limit_stopped_and_file_kinds_keep_their_results_apart(cli, llm, isolated):
@@ -310,3 +312,16 @@ def test_chat_opens_with_a_banner_and_handles_help_and_exit(llm, isolated):
     os.write(screen.master, b"exit\r")
     assert screen.finish() == 0
     assert len(llm.agent_requests()) == 1  # neither /help nor exit went to the model
+
+
+@pytest.mark.parametrize("base_url, says", [
+    ("{host}/v1", "has no scheme: write it with http:// (a local server) or https://, e.g. "
+                  "OPENAI_BASE_URL=http://{host}/v1"),
+    ("http://{host}/v1/chat/completions", "is a request path, not the base: miniagi adds /chat/completions; set "
+                                          "OPENAI_BASE_URL=http://{host}/v1"),
+])
+def test_endpoint_mistakes_are_named_with_the_fix(cli, llm, isolated, base_url, says):
+    host = llm.url.removeprefix("http://").removesuffix("/v1")
+    proc = cli("hello", env={"OPENAI_BASE_URL": base_url.format(host=host)})
+    assert proc.returncode == 2 and one_line(proc.stderr) and says.format(host=host) in proc.stderr
+    assert llm.requests == [] and run_dirs(isolated.home) == []
