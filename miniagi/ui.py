@@ -59,6 +59,10 @@ def visible_json(data) -> str:
     return UNSAFE.sub(escape, json.dumps(data, ensure_ascii=False, default=str))
 
 
+YES = {"", "y", "yes", "ok", "okay", "sure", "yep", "yeah", "go", "run", "run it", "go ahead"}
+NO = {"n", "no", "nope", "don't", "do not", "skip"}
+
+
 @dataclass(frozen=True)
 class Approval:
     run: bool
@@ -302,15 +306,18 @@ class Terminal:
             self.console.print(Text(self.shown(body)))
 
     def approve(self, command: str, arg: str) -> Approval:
-        """Ask the person before running code. Enter or y runs it, n refuses, anything else is feedback."""
+        """Ask the person before running code. Enter, y, yes, ok, sure run it; n or no refuses; anything else is
+        feedback for the agent."""
         lexer = "python" if command == "execute_python" else "bash"
         # every character of the code, long lines wrapped (never cropped), even when stderr is not a terminal
         self.console.print(Panel(Syntax(self.shown(arg), lexer, word_wrap=True), title=command,
                                  border_style="yellow"), soft_wrap=False)
-        answer = self._input("[bold]Run it?[/] \\[Y]es / \\[n]o / or type feedback for the agent: ").strip()
-        if answer.lower() in ("", "y", "yes"):
+        answer = self._input("[bold]Run it?[/] \\[Y]es / \\[n]o / or type feedback for the agent "
+                             "[dim](Enter, y, yes, ok, sure: run it)[/]: ").strip()
+        word = answer.lower().rstrip(".!")
+        if word in YES:
             return Approval(True)
-        if answer.lower() in ("n", "no"):
+        if word in NO:
             return Approval(False, "The user refused to run this command. Choose another way forward.")
         return Approval(False, f"The user did not run this command and said: {answer}")
 

@@ -325,3 +325,24 @@ def test_endpoint_mistakes_are_named_with_the_fix(cli, llm, isolated, base_url, 
     proc = cli("hello", env={"OPENAI_BASE_URL": base_url.format(host=host)})
     assert proc.returncode == 2 and one_line(proc.stderr) and says.format(host=host) in proc.stderr
     assert llm.requests == [] and run_dirs(isolated.home) == []
+
+
+def test_approval_takes_ok_and_sure_as_yes_and_the_prompt_says_so(llm, isolated):
+    from .test_live_terminal import Screen
+
+    for name in ("ok", "sure", "enter", "refused", "feedback"):
+        llm.add(act("execute_shell", f"touch {name}.txt"))
+    llm.add(act("done", "finished"))
+    screen = Screen(["make files"], isolated.work, dict(os.environ, OPENAI_BASE_URL=llm.url,
+                                                       OPENAI_API_KEY="sk-test-key-123456",
+                                                       MINIAGI_MEMORY_SCOPE="off"))
+    for number, typed in enumerate(["OK", "sure", "", "no", "call it other.txt"], start=1):
+        shown = screen.wait_for(rf"(?:Run it\?[\s\S]*){{{number}}}:$")  # the number-th question, waiting
+        os.write(screen.master, typed.encode() + b"\r")
+    assert screen.finish() == 0
+    assert "[Y]es / [n]o / or type feedback for the agent (Enter, y, yes, ok, sure: run it):" in shown
+    assert shown.count("touch ok.txt") == 1  # in a terminal too, the code is shown once: in the approval panel
+    made = {path.name for path in isolated.work.iterdir()}
+    assert {"ok.txt", "sure.txt", "enter.txt"} <= made and not {"refused.txt", "feedback.txt"} & made
+    trace = load_run(isolated.home)[2]
+    assert "refused" in observations(trace)[4] and "call it other.txt" in observations(trace)[5]
