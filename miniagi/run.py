@@ -9,6 +9,7 @@ shown in the terminal. Stopping is an exception (stops.py) mapped to the run's s
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import threading
@@ -105,7 +106,9 @@ class Run:
         state, record = self.state, self.record
         self.memory.background = state.background  # known once the start (or the trace) is read
         self.ui.run_started(record.run_id, state.objective, self.settings.model,
-                            state.step if self.resumed else None, follows=state.follows)
+                            state.step if self.resumed else None, follows=state.follows,
+                            sandbox=f"{self.workspace.execution.kind}, network "
+                                    f"{'off' if self.settings.no_network else 'on'}")
         restore_sigterm = _raise_on_sigterm()
         answer, interrupted = None, False
         try:
@@ -265,6 +268,8 @@ class Run:
         if missing:
             return Outcome(f"{command.name} needs {' and '.join(missing)}; nothing was done. "
                            + self.agent.protocol.usage(command))
+        if command.needs_approval:
+            self.warn_unprotected()
         if command.needs_approval and not self.settings.yes:
             if not self.ui.interactive:
                 return Outcome(f"Not run: {command.name} needs the user's approval, and no user is present. The user "
@@ -418,16 +423,23 @@ class Run:
             self.ui.warn(f"some memories of this run could not be stored: {type(exc).__name__}: {exc}")
 
     def report_isolation(self) -> None:
-        """Say how executed code is contained, and once per workspace (a chat shares one), what is not."""
+        """Record how executed code is contained; say it in full (the header names the kind) only when it is
+        weaker than bwrap, the work directory is read-only, or with --debug."""
         execution = self.workspace.execution
         self.isolation = execution.kind
         warning = execution.warning()
-        self.ui.progress(f"sandbox: {execution.describe()}")
-        if warning and not execution.warned:
-            execution.warned = True
-            self.ui.warn(f"warning: {warning}")
+        if execution.kind != "bwrap" or self.settings.debug or not os.access(self.settings.workdir_path, os.W_OK):
+            self.ui.progress(f"sandbox: {execution.describe()}")
         self.emit(ev.Isolation(step=self.state.step, sandbox=execution.kind, isolated=execution.kind != "none",
                                reason=warning))
+
+    def warn_unprotected(self) -> None:
+        """Before the first code runs (once per workspace: a chat shares one), what the sandbox does not protect."""
+        execution = self.workspace.execution
+        warning = "" if execution.warned else execution.warning()
+        if warning:
+            execution.warned = True
+            self.ui.warn(f"warning: {warning}")
 
     def save(self, status: str, message: str = "", exit_code: int | None = None) -> dict:
         result = self.result(status, message, exit_code)

@@ -120,10 +120,11 @@ class Terminal:
             self.console.print(markup)
 
     def run_started(self, run_id: str, objective: str, model: str, resumed_at: int | None = None,
-                    follows: str | None = None) -> None:
+                    follows: str | None = None, sandbox: str | None = None) -> None:
         verb = "started" if resumed_at is None else f"resuming at step {resumed_at + 1}"
         continues = f" · continues run {follows}" if follows else ""
-        self.say(f"[bold]run {run_id}[/] {verb}{continues} · model {escape(visible(model))}")
+        contained = f" · sandbox: {sandbox}" if sandbox else ""
+        self.say(f"[bold]run {run_id}[/] {verb}{continues} · model {escape(visible(model))}{contained}")
         if self.echo_objective:
             self.say(Text(f"objective: {self.shown(objective)}", style="cyan"))
 

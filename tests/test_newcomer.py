@@ -346,3 +346,47 @@ def test_approval_takes_ok_and_sure_as_yes_and_the_prompt_says_so(llm, isolated)
     assert {"ok.txt", "sure.txt", "enter.txt"} <= made and not {"refused.txt", "feedback.txt"} & made
     trace = load_run(isolated.home)[2]
     assert "refused" in observations(trace)[4] and "call it other.txt" in observations(trace)[5]
+
+
+def test_the_sandbox_is_named_in_the_header_and_described_only_when_weaker_or_asked(cli, llm, isolated, tmp_path):
+    import shutil
+
+    from .test_sandbox import refusing
+
+    if not shutil.which("bwrap"):
+        pytest.skip("bubblewrap is not installed")
+    llm.add(act("done", "ok"), act("done", "ok"))
+    quiet = cli("hello")
+    assert "· sandbox: bwrap" in quiet.stderr.splitlines()[0]  # the choice is said, in the header
+    assert "sandbox: bwrap —" not in quiet.stderr and "warning" not in quiet.stderr
+    assert "sandbox: bwrap — work directory read-write" in cli("--debug", "hello").stderr
+    # weaker: described at the start; what it does not protect is said when code first runs, not before
+    llm.add(act("done", "no code"))
+    weaker = cli("hello", env={"PATH": refusing(tmp_path, "bwrap")})
+    assert "sandbox: namespace — " in weaker.stderr and "warning" not in weaker.stderr
+    llm.add(act("execute_shell", "echo one"), act("execute_shell", "echo two"), act("done", "code"))
+    coded = cli("-y", "hello", env={"PATH": refusing(tmp_path, "bwrap")})
+    assert coded.stderr.count("warning: executed code is not in a file-system sandbox") == 1
+    assert coded.stderr.index("warning:") > coded.stderr.index("step 1")
+
+
+def test_a_read_only_work_directory_is_said_to_be_read_only(llm, isolated, tmp_path):
+    import shutil
+    import sys
+
+    if not shutil.which("bwrap") or not shutil.which("unshare"):
+        pytest.skip("needs bubblewrap and unshare")
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    llm.add(act("done", "ok"))
+    # a read-only mount of its own (root in a mount namespace); a folder without the w bit is writable by root
+    script = (f"mount --bind {folder} {folder} && mount -o remount,bind,ro {folder} && "
+              f"exec {sys.executable} -m miniagi --workdir {folder} hello")
+    proc = subprocess.run(["unshare", "--mount", "sh", "-c", script], cwd=isolated.work, capture_output=True,
+                          text=True, timeout=60, env=dict(os.environ, OPENAI_BASE_URL=llm.url,
+                                                          OPENAI_API_KEY="sk-test-key-123456",
+                                                          MINIAGI_MEMORY_SCOPE="off"))
+    if "mount:" in proc.stderr or "unshare:" in proc.stderr:
+        pytest.skip(f"no read-only mount here: {proc.stderr.strip()}")
+    assert proc.returncode == 0, proc.stderr
+    assert "work directory read-only" in proc.stderr and "read-write" not in proc.stderr

@@ -233,7 +233,8 @@ class Bubblewrap(NamespaceSandbox):
         return dict(env, TMPDIR="/tmp")  # the one /tmp it can write
 
     def describe(self) -> str:
-        return ("bwrap — work directory read-write, private /tmp, the rest read-only; $MINIAGI_HOME, .env and the "
+        mode = "read-write" if os.access(self.policy.workdir, os.W_OK) else "read-only (not writable by you)"
+        return (f"bwrap — work directory {mode}, private /tmp, the rest read-only; $MINIAGI_HOME, .env and the "
                 f"home's secrets hidden; network {'on' if self.policy.network else 'off'}")
 
 
