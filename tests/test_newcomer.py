@@ -390,3 +390,29 @@ def test_a_read_only_work_directory_is_said_to_be_read_only(llm, isolated, tmp_p
         pytest.skip(f"no read-only mount here: {proc.stderr.strip()}")
     assert proc.returncode == 0, proc.stderr
     assert "work directory read-only" in proc.stderr and "read-write" not in proc.stderr
+
+
+def test_runs_and_show_say_the_folder_the_start_and_how_long(cli, llm, isolated):
+    import re
+
+    llm.add(act("done", "ok"))
+    assert cli("hello").returncode == 0
+    header, row = cli("runs").stdout.splitlines()[:2]
+    columns = dict(zip(header.split("\t"), row.split("\t")))
+    assert columns["folder"] == str(isolated.work) and re.fullmatch(r"\d+ s", columns["took"])
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d", columns["started"])
+    shown = cli("show", "last").stdout
+    assert re.search(rf"folder: {re.escape(str(isolated.work))} · started \d{{4}}-\d\d-\d\d \d\d:\d\d · took \d+ s",
+                     shown)
+
+
+def test_a_duration_reads_as_a_person_would_say_it():
+    from miniagi.report import took
+
+    def result(seconds: int) -> dict:
+        hours, minutes = 10 + seconds // 3600, seconds % 3600 // 60
+        return {"started_at": "2026-01-01T10:00:00+00:00",
+                "ended_at": f"2026-01-01T{hours:02d}:{minutes:02d}:{seconds % 60:02d}+00:00"}
+
+    assert [took(result(s)) for s in (42, 185, 3720)] == ["42 s", "3 m 05 s", "1 h 02 m"]
+    assert took({"started_at": None}) == "?"
