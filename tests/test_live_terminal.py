@@ -167,3 +167,12 @@ def test_code_output_escape_sequences_are_made_visible_and_bounded(terminal, llm
     # the first lines as they come, the last ones when it ends (a traceback is seen), the middle counted
     assert "row 0" in shown and "row 250" not in shown and "(475 more lines)" in shown
     assert shown.count("row 499") == 1  # not again in the observation
+
+
+def test_without_a_terminal_stderr_has_whole_lines_and_stdout_only_the_answer(cli, llm):
+    llm.add(Stream(["<r>", "Slowly ", "now", "</r><c>execute_python</c>\n", "print('made it')"], every=0.05),
+            act("done", "the answer"))
+    proc = cli("-y", "go slowly", process=True)
+    assert proc.returncode == 0 and proc.stdout == "the answer\n"
+    assert "\r" not in proc.stderr and "\x1b" not in proc.stderr and "⠋" not in proc.stderr
+    assert "made it" in proc.stderr and "  Slowly now" in proc.stderr.splitlines()
