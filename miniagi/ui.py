@@ -445,30 +445,36 @@ class LiveReply:
     def update(self, final: bool = False, interrupted: bool = False) -> None:
         with self.lock:
             thought, command, arg = partial_action("".join(self.text), self.tool, "".join(self.arguments))
+            if not self.started and not (thought.strip() or command):
+                return
             thought_lines = self.terminal.shown(thought).split("\n")
-            if not self.started and (thought.strip() or command):
+            arg_lines = self.terminal.shown(arg).split("\n") if arg else []
+            ended = final or command is not None
+            # the approval panel will show the code whole: meanwhile its last lines are on the spinner's only
+            held = command in self.terminal.approved and not interrupted
+            # the line still coming is set before any line is printed: printing draws the spinner's lines again
+            if not ended:
+                self.current = ("  " + thought_lines[-1], "italic")
+            elif final or not arg_lines:
+                self.current = None
+            elif held:
+                self.current = ("\n".join("    " + _cut(line) for line in arg_lines[-LIVE_ARG_LINES:]), "yellow")
+            else:
+                self.current = ("    " + arg_lines[-1], "yellow")
+            if not self.started:
                 self.started = True
                 self._print(f"step {self.step}" if self.step is not None else "", "bold")
-            if not self.started:
-                return
-            ended = final or command is not None
             self._lines(thought_lines if ended else thought_lines[:-1], "thought", "  ", "italic",
                         LIVE_THOUGHT_LINES)
-            self.current = (None if ended else ("  " + thought_lines[-1], "italic"))
             if command is None:
                 return
             if self.command is None:
                 self._count("thought", "  ")
                 self.command = command
                 self._print(f"  {self.terminal.shown(command)}", "bold magenta")
-            arg_lines = self.terminal.shown(arg).split("\n") if arg else []
-            if command in self.terminal.approved and not interrupted:  # the approval panel will show it whole:
-                # meanwhile its last lines are on the spinner's
-                last = arg_lines[-LIVE_ARG_LINES:]
-                self.current = None if final else ("\n".join("    " + _cut(line) for line in last), "yellow")
+            if held:
                 return
             self._lines(arg_lines if final else arg_lines[:-1], "arg", "    ", "yellow", LIVE_ARG_LINES)
-            self.current = None if final or not arg_lines else ("    " + arg_lines[-1], "yellow")
             if final:
                 self._count("arg", "    ")
 
