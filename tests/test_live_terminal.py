@@ -118,6 +118,7 @@ def test_the_thought_and_the_code_output_show_as_they_come(terminal, llm, isolat
     thought_seen.set()
     shown = screen.wait_for(r"tank one is ready")  # printed while the snippet still runs: it waits for 'go'
     assert "tank two is ready" not in shown and "execute_python" in shown
+    screen.wait_for(r"tank one is ready\n.*step 1: execute_python running… \d+ s$")  # the time it has run, below
     (isolated.work / "go").touch()
     assert screen.finish() == 0
     shown = screen.text()
