@@ -111,6 +111,11 @@ class Terminal:
         self.live_output: list[str] = []  # the lines the last command printed, as shown while it ran
         self.echo_objective = True  # not in a chat: the person just typed it
 
+    @property
+    def live(self) -> bool:
+        """Whether work is shown as it happens: in a terminal, unless quiet."""
+        return self.console.is_terminal and not self.quiet
+
     def shown(self, text: str) -> str:
         """What a text of the model's or of executed code becomes on the terminal: redacted, made visible."""
         return visible(self.redact(text))
