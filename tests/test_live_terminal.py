@@ -177,3 +177,12 @@ def test_without_a_terminal_stderr_has_whole_lines_and_stdout_only_the_answer(cl
     assert proc.returncode == 0 and proc.stdout == "the answer\n"
     assert "\r" not in proc.stderr and "\x1b" not in proc.stderr and "⠋" not in proc.stderr
     assert "made it" in proc.stderr and "  Slowly now" in proc.stderr.splitlines()
+
+
+def test_ctrl_c_while_code_runs_keeps_its_printed_lines(terminal, llm):
+    llm.add(act("execute_python", "import time\nprint('gauge', 'one', 'read')\ntime.sleep(60)"))
+    screen = terminal("-y", "read slowly")
+    screen.wait_for(r"\n    gauge one read\n")
+    os.killpg(screen.process.pid, signal.SIGINT)
+    assert screen.finish() == 130
+    assert "    gauge one read" in screen.text().splitlines() and "interrupted" in screen.text()
