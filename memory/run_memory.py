@@ -19,7 +19,7 @@
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Callable
 
@@ -60,6 +60,16 @@ updates an older one, keep the newer. Reply with the digest only.
 {notes}"""
 
 Ask = Callable[[str], str]
+
+
+@dataclass
+class Held:
+    """What a memory used on its own (a test, a benchmark) holds itself. In a run, the run's state (`RunState`)
+    holds these, and the memory reads them there."""
+
+    objective: str = ""
+    background: str = ""  # a follow-up's account of the run it continues (in the head)
+    summary: Summary = field(default_factory=Summary)
 
 
 @dataclass(frozen=True)
@@ -120,8 +130,11 @@ class Preparation:
 
 class RunMemory:
     def __init__(self, *, builder: ContextBuilder, summarizer_counter: TokenCounter, ask_summarizer: Ask,
-                 store: VectorMemory | None, scope: str, run_id: str, objective: str, workdir: str = "",
-                 code_commands: frozenset[str] = frozenset(), background: str = ""):
+                 store: VectorMemory | None, scope: str, run_id: str, objective: str = "", workdir: str = "",
+                 code_commands: frozenset[str] = frozenset(), background: str = "", state=None):
+        """`state`: the run's state, which owns the objective, the background and the summary (the memory reads
+        them there, and the run records a new summary, which `context` returns, as an event). Without it the memory
+        holds them itself (`objective`, `background`)."""
         self.builder = builder
         self.counter = builder.counter
         self.summarizer_counter = summarizer_counter
@@ -129,10 +142,10 @@ class RunMemory:
         self.store = store
         self.scope = scope
         self.run_id = run_id
-        self.objective = objective
-        self.background = background  # a follow-up's account of the run it continues (in the head)
+        self.state = state if state is not None else Held(objective, background)
+        self._holds_state = state is None
+        self._folding: Summary | None = None  # the summary a context is being built with, until it returns
         self.workdir = workdir
-        self.summary = Summary()
         self.summary_cap = builder.budget.summary
         self.recall_budget = builder.budget.recall
         # commands whose argument is code: it says little about intent and costs much to embed, so queries leave it out
@@ -145,31 +158,49 @@ class RunMemory:
         self._objective_hits_at = 0
         self.failure = ""  # why vector memory was turned off mid-run, for the agent to report
 
+    @property
+    def objective(self) -> str:
+        return self.state.objective
+
+    @property
+    def background(self) -> str:
+        return self.state.background
+
+    @property
+    def summary(self) -> Summary:
+        """The summary in the head: the state's, or while a context is built, the one that takes its place."""
+        return self._folding if self._folding is not None else self.state.summary
+
     # --- building the context ---------------------------------------------------------------------------------
     def context(self, *, system: str, steps: list[StepRecord], next_step: int,
                 alerts: str = "", advice: str = "") -> tuple[Context, Summary | None]:
         """The agent's next prompt; also returns the new summary when steps left the view to make it. `alerts`
         and `advice` (the critic's labelled block) are for this prompt's tail only."""
-        limit, before = self.builder.max_tokens, self.summary
-        layout = self._layout(system, steps, next_step, alerts, advice)
-        while len(layout.view) > 1 and self._needed(layout) > limit:
-            last = layout.view[self._leaving(layout) - 1].step  # the last step to leave the view
-            if self.preparing is not None and not self.preparing.thread.is_alive():  # a summary is ready
-                self._adopt(self._take())
-            elif self._briefs_fit(steps, last):  # no call: in brief until the summary takes them in
-                self._adopt(replace(self.summary, briefed_through=last))
-            elif self.preparing is not None:
-                self._adopt(self._take())
-            else:
-                leaving = [s for s in steps if self.summary.through_step < s.step <= last]
-                self._adopt(self.make_summary(self.summary, leaving, list(steps)))
+        limit, self._folding = self.builder.max_tokens, None
+        try:
             layout = self._layout(system, steps, next_step, alerts, advice)
-        squeeze = bool(layout.view) and self._needed(layout) > limit
-        if not squeeze:
-            self._prepare(layout, steps)
-        context = self._finish(system, steps, layout, next_step, alerts, advice, squeeze)
-        context.reshaped = self.summary is not before
-        return context, (self.summary if context.reshaped else None)
+            while len(layout.view) > 1 and self._needed(layout) > limit:
+                last = layout.view[self._leaving(layout) - 1].step  # the last step to leave the view
+                if self.preparing is not None and not self.preparing.thread.is_alive():  # a summary is ready
+                    self._adopt(self._take())
+                elif self._briefs_fit(steps, last):  # no call: in brief until the summary takes them in
+                    self._adopt(replace(self.summary, briefed_through=last))
+                elif self.preparing is not None:
+                    self._adopt(self._take())
+                else:
+                    leaving = [s for s in steps if self.summary.through_step < s.step <= last]
+                    self._adopt(self.make_summary(self.summary, leaving, list(steps)))
+                layout = self._layout(system, steps, next_step, alerts, advice)
+            squeeze = bool(layout.view) and self._needed(layout) > limit
+            if not squeeze:
+                self._prepare(layout, steps)
+            context = self._finish(system, steps, layout, next_step, alerts, advice, squeeze)
+        finally:
+            folded, self._folding = self._folding, None
+        if folded is not None and self._holds_state:
+            self.state.summary = folded
+        context.reshaped = folded is not None
+        return context, folded
 
     def _view(self, steps: list[StepRecord]) -> list[StepRecord]:
         return [s for s in steps if s.step > self.summary.out_of_view]
@@ -266,7 +297,7 @@ class RunMemory:
         findable by recall from now on (wait for the writer if it lags)."""
         left = range(self.summary.out_of_view + 1, summary.out_of_view + 1)
         self._flush_store([f"{self.run_id}:step:{step}" for step in left])
-        self.summary = summary
+        self._folding = summary
         for step in [s for s in self.rendered if s <= summary.out_of_view]:
             del self.rendered[step]
         for step in [s for s in self._briefs if s <= summary.through_step]:

@@ -28,6 +28,7 @@ from .protocols import formats
 from .run import Run, RunResult
 from .runs import RunStore, now_iso
 from .redaction import Redactor
+from .services import Services
 from .state import RunState
 from .trust import DotenvGuard
 from .ui import Terminal
@@ -85,6 +86,14 @@ class Agent:
         self.vectors = open_vector_memory(settings, self.environ, model, self.redact)
         self.wait_for_memory = wait_for_memory
         self.system = system_prompt(str(settings.workdir_path), settings.protocol)
+        # what each run works with: a run never sees the agent
+        self.services = Services(settings=settings, ui=self.ui, model=model, prices=self.prices,
+                                 protocol=self.protocol, budget=self.budget, contexts=self.contexts,
+                                 counter=self.counter, critic_counter=self.critic_counter,
+                                 summarizer_counter=self.summarizer_counter, system=self.system,
+                                 vectors=self.vectors, wait_for_memory=wait_for_memory, redact=self.redact,
+                                 environ=self.environ, search_backend=self.search_backend, offline=offline,
+                                 dotenv=self.dotenv)
 
     # --- starting and resuming -------------------------------------------------------------------------------
     def run(self, objective: str, origin: dict | None = None, follows: str | None = None) -> RunResult:
@@ -93,9 +102,10 @@ class Agent:
         return self.start(objective, origin, follows).drive()
 
     def start(self, objective: str, origin: dict | None = None, follows: str | None = None,
-              workspace: RunWorkspace | None = None) -> Run:
+              workspace: RunWorkspace | None = None, keep_workspace: bool = False) -> Run:
         """A new run of an objective, recorded and ready to drive (`run.drive()` works on it until it ends).
-        Given the `workspace` of the run it follows (a chat), its Python session carries over."""
+        Given the `workspace` of the run it follows (a chat), its Python session carries over. `keep_workspace`:
+        the caller closes the workspace the run makes (`run.workspace`), to hand it on."""
         objective = objective.strip()
         if not objective:
             raise ConfigError("the objective is empty: say what the agent should do")
@@ -108,7 +118,8 @@ class Agent:
         self._check_endpoint()
         record = self.store.create()
         try:
-            run = Run(self, record, RunState(objective=objective, make_record=self.step_record), workspace=workspace)
+            run = Run(self.services, record, RunState(objective=objective, make_record=self.step_record),
+                      workspace=workspace, keep_workspace=keep_workspace)
         except ConfigError:  # the sandbox asked for cannot be had here: nothing was started
             record.close()
             shutil.rmtree(record.dir, ignore_errors=True)
@@ -156,7 +167,7 @@ class Agent:
         self._check_budget(state.objective, state.background)
         self._check_workdir()
         self._check_endpoint()
-        run = Run(self, record, state, resumed=True)
+        run = Run(self.services, record, state, resumed=True)
         run.emit(ev.Resume(step=state.completed_step, time=now_iso(), settings=self.settings.to_dict()))
         run.alerts.append(RESUMED)
         return run.drive()
@@ -185,12 +196,17 @@ class Agent:
             raise ConfigError(str(exc)) from None
 
     def step_record(self, number: int, thought: str, command: str, arg: str, observation: str,
-                    raw_reply: str = "", notes: tuple = ()) -> StepRecord:
-        """A step as the context shows it: every part within the per-item budget."""
+                    raw_reply: str = "", notes: tuple = (), args: dict | None = None) -> StepRecord:
+        """A step as the context shows it: every part within the per-item budget (the arguments' texts sharing
+        it)."""
         limit = self.budget.item
+        if args is not None:
+            texts = [v for v in args.values() if isinstance(v, str)]
+            share = max(20, limit // max(1, len(texts)))
+            args = {k: truncate_middle(v, self.counter, share) if isinstance(v, str) else v for k, v in args.items()}
         return StepRecord(number, truncate_middle(thought, self.counter, limit), command,
                           truncate_middle(arg, self.counter, limit), truncate_middle(observation, self.counter, limit),
-                          raw_reply=truncate_middle(raw_reply, self.counter, limit), notes=notes)
+                          raw_reply=truncate_middle(raw_reply, self.counter, limit), notes=notes, args=args)
 
 
 

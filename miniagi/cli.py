@@ -306,8 +306,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
             if objective.lower() in CHAT_HELP_WORDS:
                 print(CHAT_HELP, file=sys.stderr)
                 continue
-            run = agent.start(objective, follows=previous, workspace=workspace)
-            run.owns_workspace = False  # the session's Python goes on to the next objective: closed at the end
+            # the session's Python goes on to the next objective: the workspace is closed at the end
+            run = agent.start(objective, follows=previous, workspace=workspace, keep_workspace=True)
             workspace = run.workspace
             result = run.drive()
             code = _finish(result, args.json)
@@ -385,7 +385,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
 def cmd_batch_report(args: argparse.Namespace) -> int:
     from .batch_report import report
 
-    return report(args.folders, as_json=args.json)
+    return report(args.folders, as_json=args.json, home=resolve_settings({}).home_path)
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -423,8 +423,9 @@ def cmd_memory(args: argparse.Namespace) -> int:
 
     settings = resolve_settings({"home": args.home, "embedding_model": args.embedding_model,
                                  "memory_url": args.memory_url})
-    vectors = open_vector_memory(settings.with_overrides({"memory_scope": "global"}), os.environ, None)
     redact = Redactor(os.environ, read_dotenv())  # memories stored before the secret gate existed, too
+    # (and the journals opening the store stores pass the gate again)
+    vectors = open_vector_memory(settings.with_overrides({"memory_scope": "global"}), os.environ, None, redact)
     if args.run:
         args.run = _memory_run(settings, args.run)
     where = {"run": args.run} if args.run else None

@@ -352,7 +352,7 @@ def _parse_dotenv(path: str) -> tuple[tuple[str, str], ...]:
     logger.addHandler(handler)
     logger.propagate = False
     try:
-        values = dotenv_values(path, encoding="utf-8")
+        values = dotenv_values(path, encoding="utf-8", interpolate=False)  # ${VAR} is text: no secret comes in
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start}): save it as UTF-8") from None
     except OSError as exc:
@@ -453,8 +453,29 @@ class Endpoint:
         return cls(api_key=lookup("OPENAI_API_KEY"), base_url=lookup("OPENAI_BASE_URL") or lookup("OPENAI_API_BASE"))
 
     def check(self) -> None:
+        check_proxies(os.environ)
         if not self.api_key and not self.base_url:
             raise ConfigError(
                 "no model endpoint: set OPENAI_API_KEY (OpenAI) or OPENAI_BASE_URL (a local server such as "
                 "Ollama: http://localhost:11434/v1), in the environment or in ./.env"
             )
+
+
+PROXY_NAMES = ("ALL_PROXY", "HTTPS_PROXY", "HTTP_PROXY")
+
+
+def check_proxies(environ: Mapping[str, str]) -> None:
+    """A SOCKS proxy in the environment is used as httpx uses it (socks5, socks5h, through socksio, a dependency);
+    a kind it cannot use is one line, exit 2, not a traceback at the first request."""
+    for name in PROXY_NAMES:
+        value = (environ.get(name) or environ.get(name.lower()) or "").strip()
+        scheme = value.split("://", 1)[0].lower() if "://" in value else ""
+        if not scheme.startswith("socks"):
+            continue
+        if scheme not in ("socks5", "socks5h"):
+            raise ConfigError(f"{name}: a {scheme} proxy cannot be used (socks5 and socks5h can, and http/https)")
+        try:
+            import socksio  # noqa: F401  (what httpx needs for SOCKS)
+        except ImportError:
+            raise ConfigError(f"{name} names a SOCKS proxy, and the socksio package is missing: "
+                              "pip install 'httpx[socks]'") from None

@@ -82,7 +82,8 @@ class Action(Event):
     type: ClassVar[str] = "action"
     thought: str = ""
     command: str = ""
-    arg: str = ""
+    arg: str = ""  # the arguments as one text (the tags form)
+    args: dict | None = optional()  # the arguments as one JSON object, as the model sent them (None: older traces)
 
 
 @dataclass
@@ -91,6 +92,8 @@ class Observation(Event):
     text: str = ""  # the observation as the model sees it
     notes: list | None = optional()  # what the step memorized (None in traces older than this field)
     note: str | None = optional()  # the part of text that says how the reply was read (at its end), not output
+    search: list | None = optional()  # web search results the step left ({title, url, snippet}): "ingest_data 2"
+    #                                   still names the second after a resume
 
     @property
     def output(self) -> str:

@@ -41,7 +41,7 @@ def prompt_tokens(messages: list[dict]) -> int:
 def new_memory(budget: int, summary: Summary = Summary()) -> RunMemory:
     memory = RunMemory(builder=ContextBuilder(COUNTER, budget), summarizer_counter=COUNTER, ask_summarizer=faithful,
                        store=None, scope="run", run_id="r", objective="Read the log parts and keep what matters")
-    memory.summary = summary
+    memory.state.summary = summary
     return memory
 
 

@@ -89,7 +89,8 @@ def test_a_batch_rerun_resumes_what_a_limit_stopped_and_file_kinds_keep_their_re
     llm.add(act("execute_shell", "echo three >> log.txt"), act("done", "counted"))
     second = cli("batch", "jobs.txt", "-y", "--max-steps", "10")
     assert second.returncode == 0, second.stderr
-    assert (isolated.work / "log.txt").read_text() == "one\ntwo\nthree\n"  # went on, did not start over
+    # went on, did not start over, in the objective's own work directory (never the folder of the results)
+    assert (isolated.work / "jobs-txt-results" / "work" / "1" / "log.txt").read_text() == "one\ntwo\nthree\n"
     lines = [json.loads(line) for line in (isolated.work / "jobs-txt-results" / "results.jsonl").read_text()
              .splitlines()]
     assert [r["status"] for r in lines] == ["limit", "done"] and lines[0]["run_id"] == lines[1]["run_id"]

@@ -273,8 +273,10 @@ def test_modules_in_the_workdir_shadow_nothing_of_the_agent_but_user_code_import
     llm.add(act("execute_python", "import helpers\nprint(helpers.GREETING)"), act("done", "hi"))
     env = dict(os.environ, OPENAI_BASE_URL=llm.url, OPENAI_API_KEY="sk-test-key-123456",
                MINIAGI_MEMORY_SCOPE="off", MINIAGI_YES="true")
-    # the batch's own process is started safely here (-P); it starts each objective's run in this folder
-    batch = subprocess.run([sys.executable, "-P", "-m", "miniagi", "batch", "jobs.txt", "--workers", "1"],
+    # the batch's own process is started safely here (-P); it starts each objective's run in this folder (named:
+    # else each objective works in a folder of its own)
+    batch = subprocess.run([sys.executable, "-P", "-m", "miniagi", "batch", "jobs.txt", "--workers", "1",
+                            "--workdir", "."],
                            cwd=isolated.work, env=env, capture_output=True, text=True, timeout=240,
                            stdin=subprocess.DEVNULL)
     assert batch.returncode == 0, batch.stderr

@@ -171,6 +171,23 @@ def test_search_results_are_fenced_remembered_and_ingestable_by_number(llm, isol
     assert "Stored" in seen[2] and site.url("/article") in seen[2] and "/article" in site.hits
 
 
+def test_a_search_is_recorded_so_a_results_number_still_resolves_after_a_resume(llm, isolated, site):
+    backend = FakeSearch([SearchResult("Other", site.url("/plain.txt"), "gardening"),
+                          SearchResult("Tidal Energy in Norway", site.url("/article"), "Norway opened a plant")])
+    llm.responder = lambda request: "A page about a tidal plant in Norway." if request["model"] == "reader" else None
+    llm.add(act("web_search", "tidal energy norway"))
+    assert agent_for(llm, isolated, backend, max_steps=1).run("Learn about tidal energy").status != "done"
+    directory = run_dirs(isolated.home)[-1]
+    events = [json.loads(line) for line in (directory / "trace.jsonl").read_text().splitlines()]
+    (observation,) = [e for e in events if e["type"] == "observation"]
+    assert [r["url"] for r in observation["search"]] == [site.url("/plain.txt"), site.url("/article")]
+    llm.add(act("ingest_data", "2"), act("done", "ok"))
+    result = agent_for(llm, isolated, FakeSearch([]), max_steps=4).resume(directory.name)  # a new process's agent
+    assert result.status == "done"
+    seen = observations_of(isolated)
+    assert "Stored" in seen[2] and site.url("/article") in seen[2] and "/article" in site.hits
+
+
 def test_ingest_stores_chunks_once_and_later_steps_recall_them(llm, isolated, site):
     long_text = "\n\n".join(f"Section {i}. " + "Filler about routine maintenance schedules. " * 30
                             for i in range(40)) + "\n\nThe emergency generator password is OKAPI-5521."

@@ -6,6 +6,9 @@ and model replies are untrusted: a reply holding <script> is shown as text). A r
 /runs/ID/events?after=N and appends the steps that came since, rendered here, so the page never reloads.
 Only requests that name this machine (loopback, or --host) in their Host header are answered: a web page elsewhere
 cannot reach the UI through a name it re-points at 127.0.0.1 (DNS rebinding).
+The handlers are plain functions, which Starlette runs in a thread, and they read run files only as bounded regular
+files (runs.open_regular): a FIFO, a huge file or a broken line in a run folder makes that run unreadable, never a
+page hang.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ FOLD_LINES = 12  # an observation longer than this is folded
 LOOPBACK = ("localhost", "127.0.0.1", "::1")
 ANY_HOST = ("0.0.0.0", "::", "")  # listening on every interface: the names it is reached by are unknown
 RECALLED_CHARS = 400  # of each recalled text on a run page
+UI_TRACE_MAX_BYTES = 64 * 2**20  # a larger trace is not shown (`miniagi show` reads it)
 
 
 def host_name(header: str) -> str:
@@ -120,7 +124,10 @@ def create_app(home: Path, redact=lambda text: text, host: str = "127.0.0.1"):
 
     def read_events(run_id: str) -> tuple[object, list[ev.Event]]:
         record = store.open(run_id)
-        return record, ev.read(record.events())
+        try:
+            return record, ev.read(record.events(UI_TRACE_MAX_BYTES))
+        except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise ConfigError(f"run {record.run_id} cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
 
     memory: list = []  # the vector memory, opened (with its embedder) on first use and kept
 
@@ -132,7 +139,9 @@ def create_app(home: Path, redact=lambda text: text, host: str = "127.0.0.1"):
             from ..agent import open_vector_memory
             from ..config import Settings
 
-            memory.append(open_vector_memory(Settings(home=str(home), memory_scope="global"), {}, None, redact))
+            found = open_vector_memory(Settings(home=str(home), memory_scope="global"), {}, None, redact)
+            found.read_only = True  # it stores no journal, makes no collection: a view stores nothing
+            memory.append(found)
         return memory[0]
 
     def recalled(events: list[ev.Event]) -> dict[str, str]:
@@ -152,12 +161,12 @@ def create_app(home: Path, redact=lambda text: text, host: str = "127.0.0.1"):
         ordered, used = in_step_order(events, running)
         return templates.get_template("events.html").render(events=ordered, recalled=recalled(ordered)), used
 
-    async def runs_list(request: Request):
+    def runs_list(request: Request):
         status, query = request.query_params.get("status") or None, request.query_params.get("q", "").strip()
         runs = [r for r in store.results(status) if query.lower() in str(r.get("objective", "")).lower()]
         return page("runs.html", runs=runs, status=status, query=query, statuses=STATUSES)
 
-    async def run_page(request: Request):
+    def run_page(request: Request):
         try:
             record, events = read_events(request.path_params["run_id"])
         except ConfigError as exc:
@@ -167,7 +176,7 @@ def create_app(home: Path, redact=lambda text: text, host: str = "127.0.0.1"):
         return page("run.html", run_id=record.run_id, result=result, events_html=Markup(html), count=used,
                     chart=chart(usage(events)))
 
-    async def run_events(request: Request):
+    def run_events(request: Request):
         """What came since event N, rendered, for a page watching a running run."""
         try:
             record, events = read_events(request.path_params["run_id"])
@@ -184,7 +193,7 @@ def create_app(home: Path, redact=lambda text: text, host: str = "127.0.0.1"):
                              "meta": templates.get_template("meta.html").render(result=result)})
 
 
-    async def memory_page(request: Request):
+    def memory_page(request: Request):
         query = request.query_params.get("q", "").strip()
         hits, problem = [], ""
         if query:
@@ -198,7 +207,7 @@ def create_app(home: Path, redact=lambda text: text, host: str = "127.0.0.1"):
                 problem = f"{type(exc).__name__}: {exc}"
         return page("memory.html", query=query, hits=hits, problem=problem)
 
-    async def api_runs(request: Request):
+    def api_runs(request: Request):
         return JSONResponse(store.results(request.query_params.get("status") or None))
 
     return HostCheck(Starlette(routes=[
