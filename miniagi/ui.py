@@ -426,7 +426,7 @@ class LiveReply:
         self.thought_lines = self.arg_lines = 0  # shown
         self.thought_more = self.arg_more = 0  # not shown: past the bound
         self.current: tuple[str, str] | None = None  # the line still coming, and its style
-        self.lock = threading.RLock()  # printing a line draws the spinner's lines again, this one's included
+        self.lock = threading.RLock()  # one update at a time (the spinner's drawing does not take it)
 
     def feed(self, piece: str) -> None:
         if getattr(piece, "tool", None):
@@ -441,10 +441,12 @@ class LiveReply:
         self.update(final=True, interrupted=interrupted)
 
     def coming(self) -> Text | None:
-        with self.lock:
-            if self.current is None or not self.current[0].strip():
-                return None
-            text, style = self.current
+        """The line still coming, for the spinner's lines. Read without the lock: the spinner's thread draws while
+        holding the display's lock, which `update` (holding this one) waits for to print."""
+        current = self.current  # one tuple, replaced whole
+        if current is None or not current[0].strip():
+            return None
+        text, style = current
         return Text(text if "\n" in text else _cut(text), style=style)
 
     def update(self, final: bool = False, interrupted: bool = False) -> None:
@@ -471,10 +473,12 @@ class LiveReply:
                 self._print(f"step {self.step}" if self.step is not None else "", "bold")
             self._lines(thought_lines if ended else thought_lines[:-1], "thought", "  ", "italic",
                         LIVE_THOUGHT_LINES)
-            if command is None:
-                return
+            if command is None or self.command is None:  # the thought is over: its lines past the bound counted
+                if ended:
+                    self._count("thought", "  ")
+                if command is None:
+                    return
             if self.command is None:
-                self._count("thought", "  ")
                 self.command = command
                 self._print(f"  {self.terminal.shown(command)}", "bold magenta")
             if held:

@@ -186,3 +186,35 @@ def test_ctrl_c_while_code_runs_keeps_its_printed_lines(terminal, llm):
     os.killpg(screen.process.pid, signal.SIGINT)
     assert screen.finish() == 130
     assert "    gauge one read" in screen.text().splitlines() and "interrupted" in screen.text()
+
+
+def test_the_spinner_draws_the_line_coming_without_waiting_for_the_reply():
+    """Printing a line of the reply (under the reply's lock) waits for the display's lock, which the spinner's thread
+    holds while it draws the line still coming: that drawing must not wait for the reply's lock, or both wait
+    forever (a run hung mid-reply)."""
+    import io
+
+    from rich.console import Console
+
+    from miniagi.ui import LiveReply, Terminal
+
+    terminal = Terminal(interactive=False)
+    terminal.console = Console(file=io.StringIO(), force_terminal=True, width=100)
+    reply = LiveReply(terminal, 1)
+    reply.feed("<r>Half a")
+    updating, done = threading.Event(), threading.Event()
+
+    def update_in_progress() -> None:
+        with reply.lock:
+            updating.set()
+            done.wait(30)
+
+    threading.Thread(target=update_in_progress, daemon=True).start()
+    assert updating.wait(30)
+    drawn: list = []
+    drawer = threading.Thread(target=lambda: drawn.append(reply.coming()), daemon=True)
+    drawer.start()
+    drawer.join(10)
+    done.set()
+    assert not drawer.is_alive(), "drawing waited for the reply's lock"
+    assert drawn[0].plain == "  Half a"
