@@ -41,6 +41,11 @@ class Parser(argparse.ArgumentParser):
             args[:2] = ["batch-report"]  # `miniagi batch report DIR…`: a command of its own (no batch FILE is "report")
         return super().parse_known_args(args, namespace)
 
+    def error(self, message: str):
+        """A usage error is one line (not the whole usage first), and says where the usage is."""
+        hint = "" if "--help" in message else f" (`{self.prog} --help` shows the usage)"
+        self.exit(2, f"{self.prog}: error: {message}{hint}\n")
+
     def unknown(self, extras: list[str]) -> None:
         import difflib
 
@@ -85,15 +90,37 @@ def _add_follow_options(parser: argparse.ArgumentParser, what: str) -> None:
                         "or last: the newest of this work directory)")
 
 
+# the options most runs use, shown by `miniagi --help` (`miniagi run --help` lists them all)
+MAIN_RUN_OPTIONS = ("model", "yes", "max_steps", "max_cost", "workdir", "protocol", "critic", "debug")
+
+
+def _main_options() -> str:
+    import textwrap
+
+    from .config import OPTIONS_BY_NAME
+
+    lines = []
+    for name in MAIN_RUN_OPTIONS:
+        option = OPTIONS_BY_NAME[name]
+        flags = ", ".join(option.flags) + (f" {option.metavar}" if option.metavar and not option.boolean else "")
+        default = f" (default: {option.default_text})" if option.default_text and not option.boolean else ""
+        lines.append(textwrap.fill(f"{option.help}{default}", 100, initial_indent=f"  {flags:<24}",
+                                   subsequent_indent=" " * 26))
+    return "\n".join(lines)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="miniagi",
+        usage='miniagi [OPTIONS] "OBJECTIVE"  |  miniagi COMMAND ...',
         description="An autonomous agent: give it an objective, it works in short steps until done.",
-        epilog='Examples:  miniagi "Find the largest file in this folder"   ·   miniagi run --help (all options)'
-               "   ·   miniagi runs   ·   miniagi show RUN_ID",
+        epilog="main run options (`miniagi run --help` lists them all, each also an environment variable):\n"
+               + _main_options() + '\n\nexamples:\n  miniagi -y -m gpt-4o "Find the largest file in this folder"\n'
+               "  miniagi runs      miniagi show last      miniagi resume last      miniagi chat",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"miniagi {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", prog="miniagi")
 
     run = commands.add_parser("run", help=COMMAND_HELP["run"], description=COMMAND_HELP["run"])
     run.add_argument("objective", nargs="+", help="what the agent should achieve (- reads it from stdin)")
@@ -243,8 +270,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         objective = sys.stdin.read()
     with _starting():
         from .agent import Agent
-
-        agent = Agent(settings, ui=_control_ui(args, settings), wait_for_memory=False)  # the process ends after it
+    # after the spinner: a question about ./.env is asked on a line of its own, the answer echoed
+    agent = Agent(settings, ui=_control_ui(args, settings), wait_for_memory=False)  # the process ends after it
     try:
         result = agent.run(objective, follows=_followed(args, agent.store, settings.workdir_path))
     finally:
@@ -269,15 +296,30 @@ def _followed(args: argparse.Namespace, store, workdir) -> str | None:
     return None
 
 
+CHAT_EXIT = {"exit", "quit", "/exit", "/quit", "/q", ":q", "bye"}
+CHAT_HELP_WORDS = {"help", "/help", "?", "/?"}
+CHAT_HELP = ("Type an objective and press Enter; /help for help; exit, quit or Ctrl-D to leave.\n"
+             "Each objective is a run of its own that follows the one before: Python variables, memory and the "
+             "summary carry over.\n`miniagi runs` lists the runs afterwards, `miniagi show last` shows the newest.")
+
+
 def cmd_chat(args: argparse.Namespace) -> int:
     """Objectives one line at a time; each is a run that follows the one before and shares its Python session."""
     settings = resolve_settings(_flags(args))
     with _starting():
         from .agent import Agent
-
-        agent = Agent(settings, ui=_control_ui(args, settings), wait_for_memory=False)  # the process ends after it
+    # after the spinner: it may ask about ./.env
+    agent = Agent(settings, ui=_control_ui(args, settings), wait_for_memory=False)  # the process ends after it
     workspace, code = None, 0
     interactive = sys.stdin is not None and sys.stdin.isatty()
+    if interactive:
+        from rich.markup import escape
+
+        from .ui import visible
+
+        agent.ui.echo_objective = False  # the person just typed it
+        agent.ui.say(f"[bold]miniagi chat[/] · model {escape(visible(settings.model))} · folder "
+                     f"{escape(visible(str(settings.workdir_path)))}\n[dim]{CHAT_HELP.splitlines()[0]}[/]")
     try:
         previous = _followed(args, agent.store, settings.workdir_path)
         while True:
@@ -288,6 +330,11 @@ def cmd_chat(args: argparse.Namespace) -> int:
                 break
             objective = line.strip()
             if not objective:
+                continue
+            if objective.lower() in CHAT_EXIT:
+                break
+            if objective.lower() in CHAT_HELP_WORDS:
+                print(CHAT_HELP, file=sys.stderr)
                 continue
             # the session's Python goes on to the next objective: the workspace is closed at the end
             run = agent.start(objective, follows=previous, workspace=workspace, keep_workspace=True)
@@ -307,19 +354,23 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
     preload()
     from .agent import Agent, recorded_settings
-    from .trust import narrowed
+    from .trust import narrowed, resume_flags
 
     flags = _flags(args)
     store = _store(args)
     overrides = {name: value for name, value in flags.items() if value is not None}
     # the recorded settings, none wider than the user's current ones (code the run executed could have rewritten
     # the trace), with what was given now on top; runs stay where they were found
-    settings, differences = narrowed(recorded_settings(store, args.run_id), resolve_settings(flags))
+    recorded = recorded_settings(store, args.run_id)
+    settings, differences = narrowed(recorded, resolve_settings(flags))
     settings = settings.with_overrides({**overrides, "home": str(store.root.parent)})
     agent = Agent(settings, ui=_control_ui(args, settings), wait_for_memory=False)  # the process ends after it
-    said = [text for name, text in differences.items() if name not in overrides and name != "home"]
+    said = [name for name in differences if name not in overrides and name != "home"]
     if said:
-        agent.ui.warn("not taken from the run's trace: " + "; ".join(said) + " (give an option to choose)")
+        again = resume_flags(recorded, leave=tuple(name for name in recorded.__dataclass_fields__
+                                                   if name not in said))
+        agent.ui.warn("not taken from the run's trace: " + "; ".join(differences[name] for name in said)
+                      + f". To run with them, add `{again.strip()}` to the command")
     try:
         result = agent.resume(args.run_id)
     finally:

@@ -6,6 +6,8 @@ variable names, the MiniAGI aliases and the README's table are all generated fro
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import sys
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -162,7 +164,8 @@ def option(default: Any, parse: Callable[[str], Any], help: str, **how: Any) -> 
 
 @dataclass(frozen=True)
 class Settings:
-    model: str = option("gpt-4o-mini", parse_text, "model for the agent's actions", aliases=("MODEL",), metavar="M")
+    model: str = option("gpt-4o-mini", parse_text, "model for the agent's actions", aliases=("MODEL",), metavar="M",
+                        short="-m")
     summarizer_model: str | None = option(
         None, parse_text, "model for summaries and process_data", shown_default="the agent's",
         aliases=("SUMMARIZER_MODEL",), metavar="M")
@@ -374,12 +377,26 @@ IGNORED_MINIAGI_NAMES = {
 _told: set[str] = set()
 
 
-def tell_ignored(layers: Mapping[str, str]) -> None:
-    """One line per MiniAGI setting found that miniagi ignores (once per process)."""
-    for name, why in IGNORED_MINIAGI_NAMES.items():
-        if name in layers and name not in _told:
-            _told.add(name)
-            print(f"miniagi: {name} (a MiniAGI setting) is ignored: {why}", file=sys.stderr)
+def tell_ignored(layers: Mapping[str, str], home: Path | None = None) -> None:
+    """One line per MiniAGI setting found that miniagi ignores: once per process, and, with a `home`, once until
+    what is ignored changes (not on every run of a MiniAGI .env left as it is)."""
+    found = {name: layers[name] for name in IGNORED_MINIAGI_NAMES if name in layers and name not in _told}
+    if not found:
+        return
+    _told.update(found)
+    record, key = (home / "ignored-settings.json" if home else None), str(Path.cwd() / ".env")
+    digest = hashlib.sha256(json.dumps(sorted(found.items())).encode()).hexdigest()
+    try:
+        told = json.loads(record.read_text(encoding="utf-8")) if record and record.is_file() else {}
+        if told.get(key) == digest:
+            return
+        if record:
+            record.parent.mkdir(parents=True, exist_ok=True)
+            record.write_text(json.dumps({**told, key: digest}), encoding="utf-8")
+    except (OSError, ValueError, AttributeError):  # no record kept: said every time, as before
+        pass
+    for name in found:
+        print(f"miniagi: {name} (a MiniAGI setting) is ignored: {IGNORED_MINIAGI_NAMES[name]}", file=sys.stderr)
 
 
 def resolve_settings(
@@ -390,7 +407,6 @@ def resolve_settings(
     """flag > environment > .env > default, for every option of the table."""
     environ = os.environ if environ is None else environ
     dotenv = read_dotenv() if dotenv is None else dotenv
-    tell_ignored({**dotenv, **environ})
     values: dict[str, Any] = {}
     for option in OPTIONS:
         flag_value = flags.get(option.name)
@@ -402,14 +418,18 @@ def resolve_settings(
             if found is not None:
                 values[option.name] = found
                 break
-    return Settings(**values)
+    settings = Settings(**values)
+    tell_ignored({**dotenv, **environ}, settings.home_path)
+    return settings
 
 
 def _from_layer(option: Option, layer: Mapping[str, str]) -> Any:
+    """The option's value in the environment or a .env; an empty value means the default, as in MiniAGI (its
+    .env_example has `WORK_DIR=`)."""
     for name in (option.env, *option.aliases):
-        if name in layer:
+        if str(layer.get(name) or "").strip():
             return _parse(option, layer[name], name)
-    if option.negated_alias and option.negated_alias in layer:
+    if option.negated_alias and str(layer.get(option.negated_alias) or "").strip():
         return not _parse(option, layer[option.negated_alias], option.negated_alias)
     return None
 

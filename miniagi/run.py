@@ -9,6 +9,7 @@ shown in the terminal. Stopping is an exception (stops.py) mapped to the run's s
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import threading
@@ -20,7 +21,7 @@ from memory.run_memory import RunMemory
 from . import critic
 from . import events as ev
 from .commands import COMMANDS, Outcome, code_commands
-from .config import ConfigError
+from .config import OPTIONS_BY_NAME, ConfigError
 from .execution import cap_text
 from .loops import STOP_AFTER, WARN_AFTER
 from .model import Completion, ModelError, ModelUnavailable
@@ -29,6 +30,7 @@ from .runs import RunRecord, now_iso, process_identity
 from .redaction import redact_data
 from .services import Services
 from .state import RunState
+from .trust import resume_flags
 from .ui import plural
 from .stops import EXIT_CODES, Ending, LimitReached, Stop, Stuck, Submitted, TooManyFormatErrors, ending_for
 from .websearch import SearchResult
@@ -106,7 +108,9 @@ class Run:
         """Steps until the run stops (a stop is an exception), then `finish`."""
         state, record = self.state, self.record
         self.ui.run_started(record.run_id, state.objective, self.settings.model,
-                            state.step if self.resumed else None, follows=state.follows)
+                            state.step if self.resumed else None, follows=state.follows,
+                            sandbox=f"{self.workspace.execution.kind}, network "
+                                    f"{'off' if self.settings.no_network else 'on'}")
         restore_sigterm = _raise_on_sigterm()
         answer, interrupted = None, False
         try:
@@ -129,7 +133,8 @@ class Run:
             self.remember(self.memory.item("answer", f"Objective: {state.objective}\nFinal answer: "
                                                      f"{submitted.answer}", state.step))
         except (Exception, KeyboardInterrupt) as exc:
-            ending = ending_for(exc, record.run_id, first_call_made=self.resumed or state.llm_calls > 0)
+            ending = ending_for(exc, record.run_id, first_call_made=self.resumed or state.llm_calls > 0,
+                                resume=self.resume_command())
             interrupted = isinstance(exc, KeyboardInterrupt)
             if ending.internal:
                 self.emit_quietly(ev.Error(step=state.step, traceback=traceback.format_exc()))
@@ -183,15 +188,21 @@ class Run:
         state, settings = self.state, self.settings
         if state.step >= settings.max_steps:
             raise LimitReached(f"step limit reached ({plural(settings.max_steps, 'step')}). Continue with "
-                               f"`miniagi resume {self.record.run_id} --max-steps {settings.max_steps * 2}`")
+                               f"`{self.resume_command(max_steps=settings.max_steps * 2)}`")
         self.check_calls()
         self.check_cost()
+
+    def resume_command(self, **raised) -> str:
+        """The exact `miniagi resume` that goes on with this run as it ran (-y and the like included), with the
+        limits `raised` (name → new value)."""
+        extra = "".join(f" {OPTIONS_BY_NAME[name].flag} {value:g}" for name, value in raised.items())
+        return f"miniagi resume {self.record.run_id}{resume_flags(self.settings, leave=tuple(raised))}{extra}"
 
     def check_calls(self) -> None:
         limit = self.settings.max_calls
         if self.state.llm_calls >= limit:
             raise LimitReached(f"model call limit reached ({limit} calls). Continue with "
-                               f"`miniagi resume {self.record.run_id} --max-calls {limit * 2}`")
+                               f"`{self.resume_command(max_calls=limit * 2)}`")
 
     def affordable(self, next_call: float = 0.0) -> bool:
         """Whether a call that costs at most `next_call` stays within the cost limit."""
@@ -207,8 +218,8 @@ class Run:
         reason = (f"cost limit reached ({spent})" if state.cost_usd >= limit else
                   f"cost limit: the next model call could cost up to ${next_call:.4f} (its prompt and a full reply), "
                   f"past the limit ({spent}; a lower --max-reply-tokens lowers that bound)")
-        raise LimitReached(f"{reason}. Continue with `miniagi resume {self.record.run_id} --max-cost "
-                           f"{max(limit * 2, round(state.cost_usd + 2 * next_call, 4)):g}`")
+        raised = max(limit * 2, round(state.cost_usd + 2 * next_call, 4))
+        raise LimitReached(f"{reason}. Continue with `{self.resume_command(max_cost=raised)}`")
 
     def think(self) -> Decision | None:
         """The model's next action (emitted), or None when its reply could not be used (the error is emitted)."""
@@ -275,6 +286,8 @@ class Run:
         if missing:
             return Outcome(f"{command.name} needs {' and '.join(missing)}; nothing was done. "
                            + self.services.protocol.usage(command))
+        if command.needs_approval:
+            self.warn_unprotected()
         if command.needs_approval and not self.settings.yes:
             if not self.ui.interactive:
                 return Outcome(f"Not run: {command.name} needs the user's approval, and no user is present. The user "
@@ -436,16 +449,23 @@ class Run:
             self.ui.warn(f"some memories of this run could not be stored: {type(exc).__name__}: {exc}")
 
     def report_isolation(self) -> None:
-        """Say how executed code is contained, and once per workspace (a chat shares one), what is not."""
+        """Record how executed code is contained; say it in full (the header names the kind) only when it is
+        weaker than bwrap, the work directory is read-only, or with --debug."""
         execution = self.workspace.execution
         self.isolation = execution.kind
         warning = execution.warning()
-        self.ui.progress(f"sandbox: {execution.describe()}")
-        if warning and not execution.warned:
-            execution.warned = True
-            self.ui.warn(f"warning: {warning}")
+        if execution.kind != "bwrap" or self.settings.debug or not os.access(self.settings.workdir_path, os.W_OK):
+            self.ui.progress(f"sandbox: {execution.describe()}")
         self.emit(ev.Isolation(step=self.state.step, sandbox=execution.kind, isolated=execution.kind != "none",
                                reason=warning))
+
+    def warn_unprotected(self) -> None:
+        """Before the first code runs (once per workspace: a chat shares one), what the sandbox does not protect."""
+        execution = self.workspace.execution
+        warning = "" if execution.warned else execution.warning()
+        if warning:
+            execution.warned = True
+            self.ui.warn(f"warning: {warning}")
 
     def save(self, status: str, message: str = "", exit_code: int | None = None) -> dict:
         result = self.result(status, message, exit_code)

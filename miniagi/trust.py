@@ -200,3 +200,26 @@ def _setting(name: str, value) -> str:
     if isinstance(value, (tuple, list)):
         return ",".join(value) or "none"
     return "none" if value is None else str(value)
+
+
+def resume_flags(settings: Settings, *, leave: tuple[str, ...] = ()) -> str:
+    """The options a `miniagi resume` of a run needs to go on as it ran (the trace does not widen or loosen what the
+    user gives then): the widening settings and the limits it had that are not the defaults, e.g. " -y --pass-env
+    HF_TOKEN". `leave`: settings the caller gives itself (the limit to raise)."""
+    import shlex
+
+    default = Settings()
+    flags = []
+    for name in sorted(WIDENING + LIMITS, key=lambda name: name != "yes"):  # -y first: the one most often needed
+        value = getattr(settings, name)
+        if name in leave or name == "no_network" or value == getattr(default, name) \
+                or (name == "home" and value == os.environ.get("MINIAGI_HOME")):  # found without the flag
+            continue
+        option = OPTIONS_BY_NAME[name]
+        flag = option.short or option.flag
+        if isinstance(value, bool):
+            flags.append(flag if value else f"--no-{name.replace('_', '-')}")
+        else:
+            values = value if isinstance(value, (tuple, list)) else [value]
+            flags += [f"{flag} {shlex.quote(f'{v:g}' if isinstance(v, float) else str(v))}" for v in values]
+    return "".join(f" {flag}" for flag in flags)

@@ -45,6 +45,8 @@ class RunWorkspace:
         # its sandbox and limits; code calls the agent's commands through tool_handler
         self.execution = CodeRunner(settings, environ, budget.item_chars, tools=python_tools(),
                                     tool_handler=lambda name, arg: self.tool_handler(name, arg))
+        # what code prints, shown as it prints it (in a terminal: elsewhere the output is not read twice)
+        self.execution.on_output = ui.code_line if getattr(ui, "live", False) else None
         self.search_backend = search_backend
         self.counter = counter
         self.chunk_budget = budget.summarizer_chunk

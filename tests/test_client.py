@@ -75,7 +75,7 @@ def test_a_local_server_without_a_key_gets_a_placeholder_and_openai_headers_come
 @pytest.mark.parametrize("status, says", [
     (401, "rejected the API key: set a valid OPENAI_API_KEY"),
     (403, "refused access to 'gpt-4o': scripted failure"),
-    (404, "does not know model 'gpt-4o'"),
+    (404, "does not serve model 'gpt-4o'; it serves: gpt-4o-mini — give one with -m"),  # GET /models lists them
 ])
 def test_a_refusal_names_what_to_fix_and_is_not_retried(llm, status, says):
     llm.add(Fail(status))

@@ -40,6 +40,7 @@ class CodeRunner:
         self.tools = list(tools)
         self.tool_handler = tool_handler
         self._python: PythonSession | None = None
+        self.on_output: Callable[[str], None] | None = None  # told each line code prints, as it prints it
         self.warned = False  # what is not protected is said once, however many runs share this (a chat)
 
     @property
@@ -64,6 +65,7 @@ class CodeRunner:
         if self._python is None:
             self._python = PythonSession(self.workdir, self.env, self.settings.exec_timeout, self.max_chars,
                                          self.limits, self.sandbox, tools=self.tools, tool_handler=self.tool_handler)
+        self._python.on_output = self.on_output
         return self._python
 
     def run_python(self, code: str, label: str | None = None) -> ExecResult:
@@ -71,7 +73,7 @@ class CodeRunner:
 
     def run_shell(self, command: str) -> ExecResult:
         return run_shell(command, self.workdir, self.env, self.settings.exec_timeout, self.max_chars, self.limits,
-                         self.sandbox)
+                         self.sandbox, on_output=self.on_output)
 
     def close(self) -> None:
         if self._python is not None:

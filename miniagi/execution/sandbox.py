@@ -324,7 +324,8 @@ class Bubblewrap(NamespaceSandbox):
             who = "; code runs as nobody"
         elif os.geteuid() == 0:
             who = f"; code's uid is the host's root ({self.host_root or 'no idmapped mount here'})"
-        return ("bwrap — work directory read-write, private /tmp, the rest read-only; $MINIAGI_HOME and .env hidden, "
+        mode = "read-write" if os.access(self.policy.workdir, os.W_OK) else "read-only (not writable by you)"
+        return (f"bwrap — work directory {mode}, private /tmp, the rest read-only; $MINIAGI_HOME and .env hidden, "
                 f"homes empty; network {'on' if self.policy.network else 'off'}{self._sockets()}{who}")
 
     def close(self) -> None:

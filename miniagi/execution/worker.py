@@ -315,6 +315,8 @@ def serve(requests, responses, output_fd: int, limits: dict, tools: list) -> Non
     namespace = {"__name__": "__main__", "__builtins__": __builtins__}
     namespace.update({spec["name"]: make_tool(spec, requests, responses) for spec in tools})
     signal.signal(signal.SIGXCPU, on_cpu_limit)
+    for stream in (sys.__stdout__, sys.__stderr__):  # each printed line reaches the file at once: it is watched
+        stream.reconfigure(line_buffering=True)
     responses.write(json.dumps({"status": "ready"}) + "\n")  # the snippet's clock starts after start-up
     responses.flush()
     for line in requests:
