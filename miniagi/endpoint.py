@@ -59,6 +59,9 @@ class OpenAIModel:
         from urllib.parse import urlsplit
         from urllib.request import getproxies, proxy_bypass
 
+        problem = base_url_problem(self.endpoint.base_url)
+        if problem:
+            raise ConfigError(problem)
         url = urlsplit(self.client.base_url)
         proxies = getproxies()
         proxy = proxies.get(url.scheme) or proxies.get("all")
@@ -75,6 +78,14 @@ class OpenAIModel:
             reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
             raise ConfigError(f"cannot reach {what} ({reason}): set OPENAI_BASE_URL to a running "
                               f"OpenAI-compatible server, or check the network") from None
+
+    def served_models(self) -> list[str]:
+        """The model names the endpoint says it serves (GET /models), or none when it does not say."""
+        try:
+            listed = self.client.sdk.models.list(timeout=5.0)
+            return sorted(str(item.id) for item in listed if getattr(item, "id", None))
+        except Exception:  # an endpoint without the list: the plain message stays
+            return []
 
     def complete(self, messages: list[Message], *, model: str, role: str = "agent", max_tokens: int | None = None,
                  stop: list[str] | None = None, tools: list[dict] | None = None,
@@ -180,6 +191,11 @@ class OpenAIModel:
                     raise ModelRejected(f"the endpoint {where} rejected the API key: set a valid OPENAI_API_KEY"
                                         ) from None
                 if status == 404:
+                    served = self.served_models()
+                    if served and model not in served:
+                        raise ModelRejected(f"the endpoint {where} does not serve model {model!r}; it serves: "
+                                            f"{', '.join(served[:20])}{' …' if len(served) > 20 else ''} — give one "
+                                            f"with -m / MINIAGI_MODEL") from None
                     raise ModelRejected(f"the endpoint {where} does not know model {model!r} (or the URL is wrong): "
                                         f"check --model / MINIAGI_MODEL and OPENAI_BASE_URL ({_error_text(exc)})"
                                         f"{_missing_v1(self.endpoint.base_url)}") from None
@@ -342,6 +358,23 @@ def _tls_mismatch(exc: BaseException) -> bool:
 
 def _as_http(url: str) -> str:
     return "http://" + url.split("://", 1)[1] if url.startswith("https://") else url
+
+
+def base_url_problem(base_url: str | None) -> str:
+    """What is wrong with a base URL as written, with the fix ("" when nothing is seen): no http:// (the host
+    would be looked up as "localhost:11434" and not found), or the whole /chat/completions path pasted in."""
+    if not base_url:
+        return ""
+    url = base_url.strip()
+    if "://" not in url:
+        return (f"OPENAI_BASE_URL {url!r} has no scheme: write it with http:// (a local server) or https://, "
+                f"e.g. OPENAI_BASE_URL=http://{url}")
+    for tail in ("/chat/completions", "/completions", "/chat"):
+        if url.rstrip("/").endswith(tail):
+            base = url.rstrip("/")[:-len(tail)]
+            return (f"OPENAI_BASE_URL {url!r} is a request path, not the base: miniagi adds {tail}; set "
+                    f"OPENAI_BASE_URL={base}")
+    return ""
 
 
 def _missing_v1(base_url: str | None) -> str:

@@ -331,14 +331,18 @@ def _read_stream(stream, limits: Limits, cap: int, on_piece) -> Reply:
             timings = (chunk.model_extra or {}).get("timings")
             if isinstance(timings, dict):
                 reply.timings = timings
-            said = "".join(_piece(choice.delta) for choice in chunk.choices)
+            text = "".join(_content(getattr(choice.delta, "content", None)) for choice in chunk.choices)
+            called = "".join(_call_arguments(choice.delta) for choice in chunk.choices)
             thinking = any(_thinking(choice.delta) for choice in chunk.choices)
-            if said or thinking:
+            if text or called or thinking:
                 pieces += 1
                 reply.first_at = reply.first_at or now
-                length += len(said)
+                length += len(text) + len(called)
                 if on_piece is not None:
-                    on_piece(said)
+                    if text or not called:
+                        on_piece(text)
+                    if called:  # told with the name of the tool called (the first call's), for the live terminal
+                        on_piece(CallPiece(called, next((name for _, name in seen.values() if name), "")))
             if reply.over(pieces, length, cap):
                 reply.past_cap = True
                 break
@@ -372,7 +376,10 @@ def _read_body(data: bytes, cap: int, on_piece) -> Reply:
         reply.timings = body["timings"]
     _take(reply, ChatCompletion.construct(**body))
     if on_piece is not None and (reply.text or reply.calls):
-        on_piece(reply.text + "".join(arguments for _, _, arguments in reply.calls))
+        if reply.text:
+            on_piece(reply.text)
+        if reply.calls:
+            on_piece(CallPiece("".join(arguments for _, _, arguments in reply.calls), reply.calls[0][1]))
     reply.past_cap = reply.over(0, len(reply.text) + sum(len(c[2]) for c in reply.calls), cap)
     return reply
 
@@ -449,14 +456,25 @@ def _as_openai_sends(delta, seen: dict[int, list]) -> None:
         first[1] = first[1] or function.name
 
 
-def _piece(delta) -> str:
-    """What a chunk adds to the reply: its text and its tool calls' argument pieces."""
-    said = _content(getattr(delta, "content", None))
+def _call_arguments(delta) -> str:
+    """What a chunk adds to the reply's tool calls: their argument pieces."""
+    said = ""
     calls = getattr(delta, "tool_calls", None)
     for call in calls if isinstance(calls, list) else ():
         arguments = getattr(getattr(call, "function", None), "arguments", None)
         said += arguments if isinstance(arguments, str) else json.dumps(arguments) if arguments else ""
     return said
+
+
+class CallPiece(str):
+    """A piece of a streaming tool call's arguments, told with the name of the tool called (the first call's)."""
+
+    tool: str
+
+    def __new__(cls, text: str, tool: str) -> "CallPiece":
+        piece = super().__new__(cls, text)
+        piece.tool = tool
+        return piece
 
 
 def _thinking(delta) -> bool:
