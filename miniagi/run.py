@@ -450,11 +450,12 @@ class Run:
 
     def report_isolation(self) -> None:
         """Record how executed code is contained; say it in full (the header names the kind) only when it is
-        weaker than bwrap, the work directory is read-only, or with --debug."""
+        weaker than a whole bwrap (another kind; as root, code that keeps the host's uid 0; the host's abstract
+        sockets in reach), the work directory is read-only, or with --debug."""
         execution = self.workspace.execution
         self.isolation = execution.kind
         warning = execution.warning()
-        if execution.kind != "bwrap" or self.settings.debug or not os.access(self.settings.workdir_path, os.W_OK):
+        if not execution.whole() or self.settings.debug or not os.access(self.settings.workdir_path, os.W_OK):
             self.ui.progress(f"sandbox: {execution.describe()}")
         self.emit(ev.Isolation(step=self.state.step, sandbox=execution.kind, isolated=execution.kind != "none",
                                reason=warning))

@@ -370,7 +370,7 @@ def test_as_root_code_cannot_write_proc_sys_and_bwrap_runs_it_as_no_host_root(cl
                                                                       "/proc/sys/kernel/core_pattern; echo $?"),
             act("done", "ok"))
     try:
-        proc = cli("-y", "--sandbox", kind, "write the kernel settings")
+        proc = cli("-y", "--sandbox", kind, "--debug", "write the kernel settings")  # the sandbox said in full
         assert proc.returncode == 0, proc.stderr
         _, seen = newest(isolated.home)
     finally:

@@ -50,6 +50,10 @@ class CodeRunner:
     def describe(self) -> str:
         return self.sandbox.describe()
 
+    def whole(self) -> bool:
+        """Whether the sandbox holds everything the strongest kind can: then its name says enough."""
+        return self.sandbox.whole()
+
     def warning(self) -> str:
         """What is not protected here, in words ("" when everything is)."""
         parts = []

@@ -131,6 +131,10 @@ class Sandbox:
     def describe(self) -> str:
         raise NotImplementedError
 
+    def whole(self) -> bool:
+        """Whether it holds everything the strongest kind can (then the header's name for it is enough)."""
+        return False
+
     def unprotected(self) -> str:
         """What this kind leaves open, for the warning ("" for none)."""
         return ""
@@ -317,6 +321,9 @@ class Bubblewrap(NamespaceSandbox):
 
     def environment(self, env: dict[str, str]) -> dict[str, str]:
         return dict(env, TMPDIR="/tmp")  # the one /tmp it can write
+
+    def whole(self) -> bool:
+        return (self.host_ids is not None or os.geteuid() != 0) and not self._sockets()
 
     def describe(self) -> str:
         who = ""

@@ -113,8 +113,8 @@ class ControlledTerminal(Terminal):
         self.run_id = ""
 
     def run_started(self, run_id: str, objective: str, model: str, resumed_at: int | None = None,
-                    follows: str | None = None) -> None:
-        super().run_started(run_id, objective, model, resumed_at, follows)
+                    follows: str | None = None, sandbox: str | None = None) -> None:
+        super().run_started(run_id, objective, model, resumed_at, follows, sandbox)
         self.run_id = run_id
         self.channel.started(run_id)
 
