@@ -99,6 +99,14 @@ def test_the_endpoints_list_show_and_follow_runs(cli, llm, isolated, ui):
     for malformed in ("..%2F..", "a%20b", "%2E%2E"):
         assert ui.client.get(f"{ui}/runs/{malformed}").status_code == 404
     assert [r["run_id"] for r in ui.client.get(ui + "/api/runs").json()] == [second.name, first.name]
+    # where, when, how long: the list and the page say the folder, the start (local time) and the duration
+    result = json.loads((first / "result.json").read_text())
+    from miniagi.report import started, took
+    row = listing[listing.index(first.name):].split("</tr>")[0]
+    assert f'<td class="folder">{isolated.work}</td>' in row and started(result) in row
+    assert f'<td class="took">{took(result)}</td>' in row and took(result).endswith(" s")
+    assert f'folder <span class="folder">{isolated.work}</span>' in page and f"started {started(result)}" in page
+    assert f'took <span class="took">{took(result)}</span>' in page and "running for" not in page
 
 
 def test_the_batch_and_memory_pages(cli, llm, isolated, ui, tmp_path):
@@ -143,6 +151,52 @@ def test_ui_warns_when_it_listens_beyond_this_machine(cli):
         proc = cli("ui", "--host", "0.0.0.0", "--port", str(taken.getsockname()[1]), timeout=60)
     assert "anyone who can reach this machine" in proc.stderr and proc.returncode == 2
     assert "has the URL" in proc.stderr and "run code" in proc.stderr  # the UI starts runs
+
+
+def test_a_running_runs_header_counts_the_steps_and_cost_shown_below(llm, isolated, ui):
+    """The run saves its result when a step ends; the header counts what the trace already holds."""
+    gate, asked = threading.Event(), []
+
+    def hold_the_second_step(request):
+        asked.append(1)
+        if len(asked) == 2:
+            gate.wait(120)
+        return None
+
+    llm.responder = hold_the_second_step
+    llm.add(act("execute_python", "print('first-step-output')"), act("done", "finished"))
+    env = dict(os.environ, OPENAI_BASE_URL=llm.url, OPENAI_API_KEY="sk-test-key-123456", MINIAGI_MEMORY_SCOPE="off",
+               MINIAGI_MODEL="gpt-4o-mini")  # a priced model: the cost is not 0
+    process = subprocess.Popen([sys.executable, "-m", "miniagi", "-y", "--unattended", "Watch the header"],
+                               cwd=isolated.work, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while len(asked) < 2 or not run_dirs(isolated.home):
+            assert time.monotonic() < deadline and process.poll() is None, "the run reaches its second step"
+            time.sleep(0.05)
+        (run,) = run_dirs(isolated.home)
+        while "first-step-output" not in (run / "trace.jsonl").read_text():
+            assert time.monotonic() < deadline, "step 1 observed"
+            time.sleep(0.05)
+        calls = [json.loads(line) for line in (run / "trace.jsonl").read_text().splitlines()]
+        cost = sum(c.get("cost_usd", 0) for c in calls if c.get("type") == "llm_call")
+        assert cost > 0
+        page = ui.client.get(f"{ui}/runs/{run.name}").text
+        polled = ui.client.get(f"{ui}/runs/{run.name}/events", params={"after": 0}).json()
+        assert polled["status"] == "running"
+        for header in (page, polled["meta"]):
+            assert '<span id="steps">1 step</span>' in header and "1 model call" in header
+            assert f'<span id="cost">${cost:.4f}</span>' in header
+            assert f'folder <span class="folder">{isolated.work}</span>' in header and "running for" in header
+        listing = ui.client.get(ui + "/").text
+        assert f'<td class="folder">{isolated.work}</td>' in listing
+    finally:
+        gate.set()
+        process.wait(timeout=120)
+    assert process.returncode == 0, process.stderr.read()
+    polled = ui.client.get(f"{ui}/runs/{run.name}/events", params={"after": 0}).json()
+    assert '<span id="steps">2 steps</span>' in polled["meta"] and "took" in polled["meta"]
 
 
 # --- a real browser -------------------------------------------------------------------------------------------
@@ -202,6 +256,7 @@ def test_in_a_browser_a_running_run_gains_steps_without_reloading(cli, llm, isol
         assert "running" in browser.find_element(By.ID, "runs").text
         link.click()
         wait_for(lambda: "first-step-output" in browser.find_element(By.ID, "events").text, "step 1 shown")
+        wait_for(lambda: browser.find_element(By.ID, "steps").text == "1 step", "the header counts step 1")
         text = browser.find_element(By.ID, "events").text
         assert f"start with {HOSTILE}" in text  # the reply's script is text on the page…
         assert browser.execute_script("return window.pwned === undefined")  # …and did not run

@@ -27,7 +27,7 @@ from starlette.staticfiles import StaticFiles
 
 from .. import events as ev
 from ..config import ConfigError
-from ..report import cache_rate
+from ..report import cache_rate, folder, started, took
 from ..runs import STATUSES, RunStore
 from .auth import TokenCheck, csrf_value, new_token
 from .batches import batch_routes
@@ -127,6 +127,7 @@ def create_app(home: Path, redact=lambda text: text, host: str = "127.0.0.1", to
     bench = Workbench(Path(home), list(workdirs or [Path.cwd()]), environ)
     templates = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(default=True))
     templates.globals.update(highlight=highlight, fold_lines=FOLD_LINES, cache_rate=cache_rate, csrf=csrf_value(token),
+                             folder=folder, started=started, took=took,
                              workdirs=bench.workdirs, protocols=PROTOCOLS)
     templates.filters["redact"] = lambda text: redact(str(text)) if text is not None else ""
 
@@ -187,7 +188,7 @@ def create_app(home: Path, redact=lambda text: text, host: str = "127.0.0.1", to
             record, events = read_events(request.path_params["run_id"])
         except ConfigError as exc:
             return refused(404, str(exc))
-        result = record.read_result()
+        result = live_result(record.read_result(), events)
         html, used = render_events(events, result.get("status", "running") == "running")
         return page("run.html", run_id=record.run_id, result=result, events_html=Markup(html), count=used,
                     chart=chart(usage(events)), control=controls(record.run_id, result))
@@ -202,7 +203,7 @@ def create_app(home: Path, redact=lambda text: text, host: str = "127.0.0.1", to
             after = max(0, int(request.query_params.get("after", "0") or 0))
         except ValueError:
             return JSONResponse({"error": "after: give the number of events already shown"}, status_code=400)
-        result = record.read_result()
+        result = live_result(record.read_result(), events)
         html, used = render_events(events[after:], result.get("status", "running") == "running")
         control = controls(record.run_id, result)
         return JSONResponse({"count": after + used, "html": html, "status": result.get("status", "running"),
@@ -238,6 +239,22 @@ def create_app(home: Path, redact=lambda text: text, host: str = "127.0.0.1", to
     locked = HostCheck(TokenCheck(app, token), host)
     locked.token, locked.workbench = token, bench
     return locked
+
+
+def live_result(result: dict, events: list[ev.Event]) -> dict:
+    """A running run's result with its steps, model calls and cost counted from its trace: the run saves its result
+    only when a step ends, so the header would say 0 steps and $0 while step 1 and its cost show below."""
+    if result.get("status", "running") != "running":
+        return result
+    steps = max((e.step for e in events if isinstance(e, (ev.Action, ev.FormatError, ev.Observation))), default=0)
+    calls = [e for e in events if isinstance(e, ev.ModelCall)]
+    live = dict(result, steps=max(result.get("steps") or 0, steps),
+                cost_usd=max(result.get("cost_usd") or 0, round(sum(e.cost_usd for e in calls), 6)),
+                prompt_tokens=max(result.get("prompt_tokens") or 0, sum(e.prompt_tokens for e in calls)),
+                cached_prompt_tokens=max(result.get("cached_prompt_tokens") or 0, sum(e.cached_tokens for e in calls)))
+    if not result.get("replay_of"):
+        live["llm_calls"] = max(result.get("llm_calls") or 0, len(calls))
+    return live
 
 
 def usage(events: list[ev.Event]) -> list[tuple[int, int, float]]:
