@@ -12,7 +12,7 @@ import sys
 
 from . import __version__
 from .config import OPTIONS, ConfigError, forget_dotenv, resolve_settings
-from .runs import STATUSES
+from .runs import STATUSES, WHOLE_RUN_ID
 
 COMMAND_HELP = {
     "run": "work on an objective (the default command)",
@@ -611,7 +611,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         _complain(str(error))
         if str(error).startswith(("no run ", "there is no run")) and argv[0] in ("show", "resume", "replay") \
-                and len(argv) > 1:
+                and len(argv) > 1 and not any(WHOLE_RUN_ID.fullmatch(word) for word in argv[1:]):  # an id: no objective
             _objective_hint(argv)
         return 2
     except KeyboardInterrupt:

@@ -25,6 +25,8 @@ from .redaction import redact_data
 STATUSES = ("done", "limit", "format_error", "stuck", "error", "interrupted", "running")
 RESULT_MAX_BYTES = 16 * 2**20  # a result.json is a few KB: a larger "result" is not one
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")  # what an id (or a prefix of one) may hold: never a path
+WHOLE_RUN_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{6}")  # an id as new_run_id makes it, whole
+NOT_KEPT = "a run refused before its first model reply is not kept: its error said \"was not kept\""
 
 
 def now_iso() -> str:
@@ -204,7 +206,8 @@ class RunStore:
             raise ConfigError(f"{run_id!r} matches {len(matches)} runs ({shown}): give more of the id")
         closest = difflib.get_close_matches(run_id, names, n=3, cutoff=0.5) or names[-3:][::-1]
         hint = f"; the closest: {', '.join(closest)}" if closest else ""
-        raise ConfigError(f"no run {run_id!r} under {self.root}{hint} (see `miniagi runs`)")
+        gone = f"; {NOT_KEPT}" if WHOLE_RUN_ID.fullmatch(run_id) else ""  # a whole id was printed once: say why
+        raise ConfigError(f"no run {run_id!r} under {self.root}{hint} (see `miniagi runs`){gone}")
 
     def results(self, status: str | None = None) -> list[dict]:
         """Every run's result.json, newest first."""

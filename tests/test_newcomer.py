@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
 from .conftest import MEMORY_ON, act, one_line, run_dirs
-from .fake_llm import Fail
+from .fake_llm import Fail, Hang
 from .test_end_to_end import _start, _wait_for, load_run, observations
 from .test_interactive import run_in_terminal
 
@@ -417,3 +420,100 @@ def test_a_duration_reads_as_a_person_would_say_it():
 
     assert [took(result(s)) for s in (42, 185, 3720)] == ["42 s", "3 m 05 s", "1 h 02 m"]
     assert took({"started_at": None}) == "?"
+
+
+# --- every run id a failure prints is one `show` finds, or one the failure says was not kept --------------------
+def printed_ids_are_shown_or_said_not_kept(cli, stderr: str) -> list[str]:
+    """Each run id on stderr: `miniagi show ID` shows it, or a line naming it says "not kept" (and then `show` says
+    why it finds none, without taking the id for an objective's words). Returns the ids."""
+    import re
+
+    from miniagi.runs import WHOLE_RUN_ID
+
+    ids = sorted(set(re.findall(WHOLE_RUN_ID.pattern, stderr)))
+    for run_id in ids:
+        said = [line for line in stderr.splitlines() if run_id in line]
+        shown = cli("show", run_id)
+        if any("not kept" in line for line in said):
+            assert shown.returncode == 2 and "not kept" in shown.stderr, shown.stderr
+            assert "is a miniagi command" not in shown.stderr
+        else:
+            assert shown.returncode == 0 and run_id in shown.stdout, (said, shown.stderr)
+    return ids
+
+
+@contextlib.contextmanager
+def hanging_up_endpoint():
+    """An endpoint that takes each connection and closes it at once: up for a connect, down for every request."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    def hang_up():
+        while True:
+            try:
+                connection, _ = listener.accept()
+            except OSError:  # closed: the test is over
+                return
+            connection.close()
+
+    threading.Thread(target=hang_up, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
+    finally:
+        listener.close()
+
+
+RETRY_NOW = {"Retry-After": "0"}  # the retries without their waits
+
+
+@pytest.mark.parametrize("failure, kept", [
+    ("bad key", False), ("request refused", False), ("unknown model", False),
+    ("endpoint down at the first request", True), ("endpoint failing", True),
+    ("cost limit before the first call", True), ("interrupted at the first request", True),
+])
+def test_a_run_id_a_failure_prints_is_shown_or_said_not_kept(cli, llm, isolated, failure, kept):
+    args, env = ["hello"], {}
+    if failure == "bad key":
+        llm.add(Fail(401, message="invalid api key"))
+    elif failure == "request refused":
+        llm.add(Fail(400, message="bad request"))
+    elif failure == "unknown model":
+        llm.add(Fail(404, message="The model `gpt-7` does not exist"))
+        args = ["--model", "gpt-7", "hello"]
+    elif failure == "endpoint failing":
+        llm.add(*[Fail(500, RETRY_NOW)] * 5)
+    elif failure == "cost limit before the first call":
+        args = ["--model", "gpt-4o", "--max-cost", "0.0000001", "hello"]
+    if failure == "endpoint down at the first request":
+        with hanging_up_endpoint() as url:
+            proc = cli(*args, env={"OPENAI_BASE_URL": url})
+    elif failure == "interrupted at the first request":
+        llm.add(Hang(60))
+        process = _start(llm, isolated, *args)
+        assert _wait_for(lambda: llm.requests)
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+        proc = subprocess.CompletedProcess(args, process.returncode, out, err)
+    else:
+        proc = cli(*args, env=env)
+    assert proc.returncode != 0
+    (run_id,) = printed_ids_are_shown_or_said_not_kept(cli, proc.stderr)
+    assert [p.name for p in run_dirs(isolated.home)] == ([run_id] if kept else [])
+
+
+def test_a_refused_dotenv_prints_no_run_id(cli, llm, isolated):
+    from .test_live_terminal import Screen
+
+    (isolated.work / ".env").write_text(f"OPENAI_BASE_URL={llm.url}\n")
+    llm.add(act("done", "first"))
+    assert cli("hello").returncode == 0  # the first sight of this .env: taken, and remembered
+    (isolated.work / ".env").write_text(f"OPENAI_BASE_URL={llm.url}/\n")  # changed since: asked
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_BASE_URL"}
+    screen = Screen(["hello again"], isolated.work, dict(env, OPENAI_API_KEY="sk-test-key-123456",
+                                                         MINIAGI_MEMORY_SCOPE="off"))
+    screen.wait_for(r"\[y\]es / \[N\]o: ?$")
+    os.write(screen.master, b"n\r")
+    assert screen.finish() == 2
+    assert "was not used" in screen.text() and printed_ids_are_shown_or_said_not_kept(cli, screen.text()) == []
+    assert len(run_dirs(isolated.home)) == 1  # the first run only
