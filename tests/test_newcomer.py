@@ -471,6 +471,7 @@ RETRY_NOW = {"Retry-After": "0"}  # the retries without their waits
     ("bad key", False), ("request refused", False), ("unknown model", False),
     ("endpoint down at the first request", True), ("endpoint failing", True),
     ("cost limit before the first call", True), ("interrupted at the first request", True),
+    ("a chat turn refused", False),
 ])
 def test_a_run_id_a_failure_prints_is_shown_or_said_not_kept(cli, llm, isolated, failure, kept):
     args, env = ["hello"], {}
@@ -495,6 +496,9 @@ def test_a_run_id_a_failure_prints_is_shown_or_said_not_kept(cli, llm, isolated,
         process.send_signal(signal.SIGINT)
         out, err = process.communicate(timeout=60)
         proc = subprocess.CompletedProcess(args, process.returncode, out, err)
+    elif failure == "a chat turn refused":
+        llm.add(Fail(401, message="invalid api key"))
+        proc = cli("chat", input="hello\n")
     else:
         proc = cli(*args, env=env)
     assert proc.returncode != 0
