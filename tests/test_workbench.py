@@ -387,3 +387,28 @@ def test_a_run_whose_ui_is_killed_stops_as_ctrl_c_does(llm, isolated, tmp_path):
     wait_for(lambda: json.loads((run / "result.json").read_text()).get("status") == "interrupted",
              "the run stops, its state saved")
     assert Channel(control).question() is None
+
+
+def test_a_run_refused_at_its_first_request_says_on_its_page_that_it_was_not_kept(llm, isolated, bench, browser):
+    """The page followed the run while it waited on its first reply; the endpoint then refused the key, and the
+    run's folder went with it: the page says so, with what the process said, instead of waiting forever."""
+    from .fake_llm import Fail
+
+    gate = threading.Event()
+    llm.responder = lambda request: gate.wait(60) and None  # holds the first request until the page is open
+    llm.add(Fail(401, message="invalid api key"))
+    browser.get(f"{bench}/?token={bench.token}")
+    run_id = start(browser, bench, "hello", yes=True)
+    assert status(browser) == "running" and (isolated.home / "runs" / run_id).is_dir()
+    gate.set()
+    wait_for(lambda: "was not kept" in events_text(browser), "the page says the run was not kept")
+    assert "rejected the API key" in events_text(browser) and status(browser) == "not kept"
+    assert run_dirs(isolated.home) == []
+    page = bench.client.get(f"{bench}/runs/{run_id}")  # and so do a reload and the events a poll asks for
+    assert page.status_code == 404 and f"run {run_id} was not kept" in page.text and "(exit 2)" in page.text
+    assert "rejected the API key" in page.text
+    polled = bench.client.get(f"{bench}/runs/{run_id}/events", params={"after": 0})
+    assert polled.status_code == 404 and "was not kept" in polled.json()["error"]
+    assert "rejected the API key" in polled.json()["log"]
+    other = bench.client.get(f"{bench}/runs/20990101-000000-abcdef")  # a run this UI did not start
+    assert other.status_code == 404 and "not kept" in other.text and "was not kept: it ended" not in other.text

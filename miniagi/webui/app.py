@@ -15,6 +15,7 @@ page hang.
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -183,11 +184,26 @@ def create_app(home: Path, redact=lambda text: text, host: str = "127.0.0.1", to
         runs = [r for r in store.results(status) if query.lower() in str(r.get("objective", "")).lower()]
         return page("runs.html", runs=runs, status=status, query=query, statuses=STATUSES)
 
+    def not_found(run_id: str, exc: ConfigError) -> tuple[str, str]:
+        """Why a run cannot be found, and, when this UI started it, what its process said: a run refused at its
+        first request is not kept (its folder is gone), and the page that followed it says why."""
+        for session in reversed(list(bench.sessions.values())):
+            if run_id in session.runs():
+                try:  # its folder is removed just before it says why and exits
+                    code = session.process.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    code = None
+                ended = f" (exit {code})" if code is not None else ""
+                return (f"run {run_id} was not kept: it ended before its first model reply{ended}",
+                        redact(session.log_tail()))
+        return str(exc), ""
+
     def run_page(request: Request):
         try:
             record, events = read_events(request.path_params["run_id"])
         except ConfigError as exc:
-            return refused(404, str(exc))
+            message, log = not_found(request.path_params["run_id"], exc)
+            return page("missing.html", _status=404, message=message, log=log)
         result = live_result(record.read_result(), events)
         html, used = render_events(events, result.get("status", "running") == "running")
         return page("run.html", run_id=record.run_id, result=result, events_html=Markup(html), count=used,
@@ -198,7 +214,8 @@ def create_app(home: Path, redact=lambda text: text, host: str = "127.0.0.1", to
         try:
             record, events = read_events(request.path_params["run_id"])
         except ConfigError as exc:
-            return JSONResponse({"error": str(exc)}, status_code=404)
+            message, log = not_found(request.path_params["run_id"], exc)
+            return JSONResponse({"error": message, "log": log}, status_code=404)
         try:
             after = max(0, int(request.query_params.get("after", "0") or 0))
         except ValueError:

@@ -1,6 +1,7 @@
 // A run's page follows its trace: while it runs (or while this UI drives it) it asks every half second for the
 // events since the last it has, appends them (rendered and escaped by the server), shows the reply streaming in,
-// and swaps in the run's controls (a question, Stop, follow up, resume) when they change. No reload.
+// and swaps in the run's controls (a question, Stop, follow up, resume) when they change. No reload. A run that
+// is gone (refused at its first request: not kept) says so, with what its process said, and the polling stops.
 (function () {
   const box = document.getElementById("events");
   if (!box) return;
@@ -12,6 +13,18 @@
     try {
       const response = await fetch(`/runs/${encodeURIComponent(box.dataset.run)}/events?after=${count}`,
                                     {credentials: "same-origin"});
+      if (response.status === 404) {  // the run is gone: one refused at its first request is not kept
+        const data = await response.json().catch(() => ({}));
+        const gone = document.createElement("p"), log = document.createElement("pre");
+        gone.className = "message";
+        gone.id = "missing";
+        gone.textContent = data.error || "this run is gone";
+        log.className = "log";
+        log.textContent = data.log || "";
+        document.getElementById("status").textContent = "not kept";
+        box.replaceChildren(gone, ...(data.log ? [log] : []));
+        return;
+      }
       if (response.ok) {
         const data = await response.json();
         if (data.count > count) {
