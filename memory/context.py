@@ -64,6 +64,7 @@ class StepRecord:
     observation: str  # already within the per-item budget
     raw_reply: str = ""  # kept for malformed replies, which have no action to re-render
     notes: tuple = ()  # what the step memorized, whole: shown in the step while it is in view, then in the head
+    args: dict | None = None  # the arguments as one JSON object, as the model sent them (None: older traces)
     _tokens: int | None = field(default=None, repr=False, compare=False)
 
     def messages(self) -> list[dict]:

@@ -101,7 +101,7 @@ class MiniLMEmbedder:
 
 class EndpointEmbedder:
     """Embeddings from an OpenAI-compatible endpoint (OpenAI, Ollama, vLLM, …). `client` has `post(path, body)`
-    returning the answer's JSON (miniagi.model.EndpointClient)."""
+    returning the answer's JSON (miniagi.endpoint.EndpointClient)."""
 
     def __init__(self, client, model: str):
         self.client = client

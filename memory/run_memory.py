@@ -18,7 +18,7 @@
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Callable
 
@@ -64,6 +64,16 @@ digest only.
 {notes}"""
 
 Ask = Callable[[str], str]
+
+
+@dataclass
+class Held:
+    """What a memory used on its own (a test, a benchmark) holds itself. In a run, the run's state (`RunState`)
+    holds these, and the memory reads them there."""
+
+    objective: str = ""
+    background: str = ""  # a follow-up's account of the run it continues (in the head)
+    summary: Summary = field(default_factory=Summary)
 
 
 @dataclass(frozen=True)
@@ -131,8 +141,11 @@ class Cancelled(Exception):
 
 class RunMemory:
     def __init__(self, *, builder: ContextBuilder, summarizer_counter: TokenCounter, ask_summarizer: Ask,
-                 store: VectorMemory | None, scope: str, run_id: str, objective: str, workdir: str = "",
-                 code_commands: frozenset[str] = frozenset(), background: str = ""):
+                 store: VectorMemory | None, scope: str, run_id: str, objective: str = "", workdir: str = "",
+                 code_commands: frozenset[str] = frozenset(), background: str = "", state=None):
+        """`state`: the run's state, which owns the objective, the background and the summary (the memory reads
+        them there, and the run records a new summary, which `context` returns, as an event). Without it the memory
+        holds them itself (`objective`, `background`)."""
         self.builder = builder
         self.counter = builder.counter
         self.summarizer_counter = summarizer_counter
@@ -140,10 +153,10 @@ class RunMemory:
         self.store = store
         self.scope = scope
         self.run_id = run_id
-        self.objective = objective
-        self.background = background  # a follow-up's account of the run it continues (in the head)
+        self.state = state if state is not None else Held(objective, background)
+        self._holds_state = state is None
+        self._folding: Summary | None = None  # the summary a context is being built with, until it returns
         self.workdir = workdir
-        self.summary = Summary()
         self.summary_cap = builder.budget.summary
         self.recall_budget = builder.budget.recall
         # commands whose argument is code: it says little about intent and costs much to embed, so queries leave it out
@@ -161,6 +174,19 @@ class RunMemory:
         self._objective_hits_at = 0
         self.failure = ""  # why vector memory was turned off mid-run, for the agent to report
 
+    @property
+    def objective(self) -> str:
+        return self.state.objective
+
+    @property
+    def background(self) -> str:
+        return self.state.background
+
+    @property
+    def summary(self) -> Summary:
+        """The summary in the head: the state's, or while a context is built, the one that takes its place."""
+        return self._folding if self._folding is not None else self.state.summary
+
     # --- building the context ---------------------------------------------------------------------------------
     def context(self, *, system: str, steps: list[StepRecord], next_step: int,
                 alerts: str = "", advice: str = "") -> tuple[Context, Summary | None]:
@@ -170,34 +196,39 @@ class RunMemory:
         The rule, by construction: the view is every step after the summary's `through_step`, and that only moves
         when a summary made from those very steps is adopted. If room runs out before the summary prepared in the
         background is ready, the loop waits for it (saying so); with none prepared it makes one there and then."""
-        limit, before = self.builder.max_tokens, self.summary
-        layout = self._layout(system, steps, next_step, alerts, advice)
-        while len(layout.view) > 1 and self._needed(layout) > limit:
-            if self.prepared is None and self.preparing is not None:
-                self._collect(wait=True)
-            prepared, newest = self.prepared, layout.view[-1].step
-            if prepared is not None and prepared.through_step < newest:
-                self._adopt(prepared)  # made in the background: no wait, and perhaps enough
+        limit, self._folding = self.builder.max_tokens, None
+        try:
+            layout = self._layout(system, steps, next_step, alerts, advice)
+            while len(layout.view) > 1 and self._needed(layout) > limit:
+                if self.prepared is None and self.preparing is not None:
+                    self._collect(wait=True)
+                prepared, newest = self.prepared, layout.view[-1].step
+                if prepared is not None and prepared.through_step < newest:
+                    self._adopt(prepared)  # made in the background: no wait, and perhaps enough
+                else:
+                    if prepared is not None:  # it would take the newest step out of view too: not that one
+                        self.prepared = None
+                    last = layout.view[self._leaving(layout) - 1].step
+                    leaving = [s for s in steps if self.summary.through_step < s.step <= last]
+                    self.notify(f"summarizing {_span(leaving)} before they leave the view")
+                    self._adopt(self.make_summary(self.summary, leaving, list(steps)))
+                layout = self._layout(system, steps, next_step, alerts, advice)
+            squeezed = None
+            if layout.view and self._needed(layout) > limit:  # the newest step alone is too big: it is cut to
+                squeezed = layout.view[-1]  # fit, so a summary made from it, whole, is in the prompt first
+                self._cover(steps, squeezed.step, "too big for the context, shown cut")
+                layout = self._layout(system, steps, next_step, alerts, advice)
             else:
-                if prepared is not None:  # it would take the newest step out of view too: not that one
-                    self.prepared = None
-                last = layout.view[self._leaving(layout) - 1].step
-                leaving = [s for s in steps if self.summary.through_step < s.step <= last]
-                self.notify(f"summarizing {_span(leaving)} before they leave the view")
-                self._adopt(self.make_summary(self.summary, leaving, list(steps)))
-            layout = self._layout(system, steps, next_step, alerts, advice)
-        squeezed = None
-        if layout.view and self._needed(layout) > limit:  # the newest step alone is too big: it is cut to fit,
-            squeezed = layout.view[-1]  # so a summary made from it, whole, is in the prompt first
-            self._cover(steps, squeezed.step, "too big for the context, shown cut")
-            layout = self._layout(system, steps, next_step, alerts, advice)
-        else:
-            self._prepare(layout, steps)
-        context = self._finish(system, steps, layout, next_step, alerts, advice, squeezed)
+                self._prepare(layout, steps)
+            context = self._finish(system, steps, layout, next_step, alerts, advice, squeezed)
+        finally:
+            folded, self._folding = self._folding, None
+        if folded is not None and self._holds_state:
+            self.state.summary = folded
         # a step shown cut in the last prompt and not in this one: this prompt does not extend it either
-        context.reshaped = self.summary is not before or self._squeezed is not None
+        context.reshaped = folded is not None or self._squeezed is not None
         self._squeezed = squeezed
-        return context, (self.summary if context.reshaped else None)
+        return context, folded
 
     def _view(self, steps: list[StepRecord]) -> list[StepRecord]:
         return [s for s in steps if s.step > self.summary.through_step]
@@ -262,7 +293,7 @@ class RunMemory:
             self.notify(f"summarizing {preparing.span} before they leave the view (waiting for the summary)")
         self.preparing = None
         summary = preparing.wait()
-        if summary is not None and preparing.base is self._base():
+        if summary is not None and preparing.base == self._base():
             self.prepared = summary
 
     def _prepare(self, layout: Layout, steps: list[StepRecord]) -> None:
@@ -307,7 +338,7 @@ class RunMemory:
     def _adopt(self, summary: Summary) -> None:
         """The summary takes the place of the steps it covers. (They are stored for recall in the background; the
         loop does not wait for that: the summary made from them is in the prompt.)"""
-        self.summary, self.prepared = summary, None
+        self._folding, self.prepared = summary, None
         for step in [s for s in self.rendered if s <= summary.through_step]:
             del self.rendered[step]
         for step in [s for s in self._read if s <= summary.through_step]:

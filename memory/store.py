@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
+import stat
 import threading
 import time
 import uuid
@@ -79,8 +81,9 @@ class VectorMemory:
     (one chromadb write costs ~15 ms however few items it holds), so the agent's step does not wait for it."""
 
     def __init__(self, path: Path, embedder: "Embedder", url: str | None = None,
-                 redact: Callable[[str], str] = lambda text: text):
+                 redact: Callable[[str], str] = lambda text: text, read_only: bool = False):
         self.path = Path(path)
+        self.read_only = read_only  # a viewer (the web UI): opening stores no journal and makes no collection
         self.redact = redact  # nothing is stored (or embedded) before it has passed the secret gate
         self.url = url  # a chromadb server instead of the local folder: one memory for many machines
         self.embedder = embedder
@@ -114,9 +117,12 @@ class VectorMemory:
                 self.path.mkdir(parents=True, exist_ok=True)
                 client = chromadb.PersistentClient(path=str(self.path), settings=settings)
             # one collection per embedding space: vectors of different models must not be compared
+            name = f"memories-{self.embedder.name}"
+            if self.read_only:
+                self._collection = client.get_collection(name, embedding_function=None)
+                return self._collection
             self._collection = client.get_or_create_collection(
-                f"memories-{self.embedder.name}", embedding_function=None,
-                configuration={"hnsw": {"space": "cosine"}})
+                name, embedding_function=None, configuration={"hnsw": {"space": "cosine"}})
             self._ingest_journals()
         return self._collection
 
@@ -144,7 +150,10 @@ class VectorMemory:
         partial = self._journal / f".{name}.tmp"
         lines = [json.dumps(asdict(replace(item, text=self.redact(item.text), key=self.redact(item.key),
                                            at=item.at or time.time())), ensure_ascii=False) for item in items]
-        partial.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                             | getattr(os, "O_CLOEXEC", 0), 0o600)  # a new file, never through a link
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            handle.write("\n".join(lines) + "\n")
         os.replace(partial, self._journal / f"{name}.jsonl")
         self._mark(items)
 
@@ -154,6 +163,7 @@ class VectorMemory:
         if self.url or not self._journal.is_dir():
             return
         claimed, items = [], []
+        workdirs: dict[str, str | None] = {}
         for path in sorted(self._journal.iterdir()):
             if path.name.startswith("."):
                 continue
@@ -169,15 +179,36 @@ class VectorMemory:
             except FileNotFoundError:  # another process claimed it first
                 continue
             claimed.append(mine)
-            for line in mine.read_text(encoding="utf-8").splitlines():
+            try:
+                lines = _read_regular(mine, JOURNAL_MAX_BYTES).decode("utf-8", "replace").split("\n")
+            except OSError:  # not a regular file (a FIFO, a link), or too large: not a journal this store wrote
+                continue
+            for line in lines:  # not splitlines: U+2028 may sit in a note
                 try:
-                    items.append(MemoryItem(**json.loads(line)))
+                    item = MemoryItem(**json.loads(line))
                 except (ValueError, TypeError):  # a line that is not an item (a newer format): skipped
                     continue
+                trusted = self._as_recorded(item, workdirs)
+                if trusted is not None:
+                    items.append(trusted)
         if items:
             self._write(items, [None] * len(items))
         for path in claimed:
             path.unlink(missing_ok=True)
+
+    def _as_recorded(self, item: MemoryItem, workdirs: dict[str, str | None]) -> MemoryItem | None:
+        """A journal's item as it may be stored: through the secret gate again (whatever wrote the file), and under
+        the work directory its own run recorded (the run's trace, in the home beside this store), whatever it says;
+        an item of no run this home knows is not stored."""
+        if not isinstance(item.run, str) or not RUN_NAME.fullmatch(item.run):
+            return None
+        if item.run not in workdirs:
+            workdirs[item.run] = _recorded_workdir(self.path.parent / "runs" / item.run / "trace.jsonl")
+        workdir = workdirs[item.run]
+        if workdir is None:
+            return None
+        return replace(item, text=self.redact(str(item.text)), key=self.redact(str(item.key)),
+                       source=self.redact(str(item.source)), workdir=workdir)
 
     # --- what the store holds, known without opening it --------------------------------------------------------
     # Opening chromadb and loading the embedder costs a second or more; a run's first step need not pay for it when
@@ -391,6 +422,43 @@ class VectorMemory:
         return {"path": self.url or str(self.path), "embedder": self.embedder.name, "items": len(metadatas),
                 "kinds": kinds,
                 "runs": len(runs - {None})}
+
+
+RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")  # a run id: a name under runs/, never a path
+JOURNAL_MAX_BYTES = 64 * 2**20
+TRACE_HEAD_BYTES = 1 << 20  # a run_start event (settings, objective) is far smaller
+
+
+def _read_regular(path: Path, max_bytes: int) -> bytes:
+    """A regular file's bytes, never through a link, never waiting on a FIFO; OSError past max_bytes."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(descriptor, "rb") as handle:
+        info = os.fstat(descriptor)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > max_bytes:
+            raise OSError(f"{path} is not a regular file of at most {max_bytes} bytes")
+        return handle.read(max_bytes)
+
+
+def _recorded_workdir(trace: Path) -> str | None:
+    """The work directory a run recorded at its start ("" for a run from before work directories were recorded);
+    None when there is no such run."""
+    try:
+        descriptor = os.open(trace, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    with os.fdopen(descriptor, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            return None
+        first = handle.read(TRACE_HEAD_BYTES).split(b"\n", 1)[0]
+    try:
+        start = json.loads(first)
+    except ValueError:
+        return None
+    if not isinstance(start, dict) or start.get("type") not in (None, "run_start"):
+        return None
+    settings = start.get("settings")
+    workdir = settings.get("workdir") if isinstance(settings, dict) else None
+    return workdir if isinstance(workdir, str) and os.path.isabs(workdir) else ""
 
 
 def _alive(pid: str) -> bool:

@@ -16,8 +16,12 @@ def __getattr__(name: str):
         from .config import Settings
 
         return Settings
-    if name in ("ScriptedModel", "OpenAIModel"):
-        from . import model
+    if name == "ScriptedModel":
+        from .model import ScriptedModel
 
-        return getattr(model, name)
+        return ScriptedModel
+    if name == "OpenAIModel":
+        from .endpoint import OpenAIModel
+
+        return OpenAIModel
     raise AttributeError(f"module 'miniagi' has no attribute {name!r}")

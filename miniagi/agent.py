@@ -28,6 +28,7 @@ from .protocols import formats
 from .run import Run, RunResult
 from .runs import RunStore, now_iso
 from .redaction import Redactor
+from .services import Services
 from .state import RunState
 from .trust import DotenvGuard
 from .ui import Terminal
@@ -45,11 +46,12 @@ class Agent:
 
     def __init__(self, settings: Settings, *, model: Model | None = None, ui: Terminal | None = None,
                  environ: Mapping[str, str] | None = None, search_backend: SearchBackend | None = None,
-                 quiet: bool = False, offline: bool = False, wait_for_memory: bool = True):
+                 quiet: bool = False, offline: bool = False, wait_for_memory: bool = True, mcp=None):
         """`quiet`: print nothing on stderr (the Python API's choice; the CLI always shows progress). `offline`: the
         agent's own commands reach no network (a replay): web search and URLs are refused. `wait_for_memory=False`:
         a run that ends before the vector store has loaded journals its memories instead of waiting for it (the
-        CLI, whose process ends right after; a program that goes on keeps the default, and its runs end stored)."""
+        CLI, whose process ends right after; a program that goes on keeps the default, and its runs end stored).
+        `mcp`: the MCP tools to use instead of the configured servers' (a replay's recorded ones)."""
         self.settings, self.offline = settings, offline
         self.search_backend = search_backend or DdgsBackend()
         self.environ = dict(os.environ if environ is None else environ)
@@ -58,7 +60,7 @@ class Agent:
         self.prices = getattr(model, "prices", None) or PriceTable(settings.prices)
         if model is None:
             from .config import Endpoint
-            from .model import OpenAIModel
+            from .endpoint import OpenAIModel
 
             model = OpenAIModel(Endpoint.from_environment(self.environ), self.prices,
                                 request_timeout_s=settings.request_timeout,
@@ -77,6 +79,21 @@ class Agent:
         self.counter = counter_for(settings.model)
         self.critic_counter = counter_for(settings.model_for("critic"))
         self.summarizer_counter = counter_for(settings.model_for("summarizer"))
+        # the MCP servers start now: their tools are commands, in the prompt and the schemas built below
+        from .mcp_tools import McpTools
+
+        self.mcp = mcp if mcp is not None else McpTools() if offline else McpTools.configured(settings, self.ui)
+        self.redact.include(*(spec.secrets() for spec in getattr(self.mcp, "specs", ())))  # a server's tokens
+        self.mcp.start()
+        if interactive and not settings.yes:
+            self.ui.approved |= {c.name for c in self.mcp.commands if c.needs_approval}
+        try:
+            self._prepare(settings, model, wait_for_memory)
+        except BaseException:
+            self.mcp.close()
+            raise
+
+    def _prepare(self, settings: Settings, model, wait_for_memory: bool) -> None:
         self.protocol = formats()[settings.protocol]
         # the tools protocol sends its schemas with every request: they are part of the prompt the budget bounds
         tools = self.protocol.request().get("tools")
@@ -85,6 +102,18 @@ class Agent:
         self.vectors = open_vector_memory(settings, self.environ, model, self.redact)
         self.wait_for_memory = wait_for_memory
         self.system = system_prompt(str(settings.workdir_path), settings.protocol)
+        # what each run works with: a run never sees the agent
+        self.services = Services(settings=settings, ui=self.ui, model=model, prices=self.prices,
+                                 protocol=self.protocol, budget=self.budget, contexts=self.contexts,
+                                 counter=self.counter, critic_counter=self.critic_counter,
+                                 summarizer_counter=self.summarizer_counter, system=self.system,
+                                 vectors=self.vectors, wait_for_memory=wait_for_memory, redact=self.redact,
+                                 environ=self.environ, search_backend=self.search_backend, offline=self.offline,
+                                 dotenv=self.dotenv, mcp=self.mcp)
+
+    def close(self) -> None:
+        """Stop what outlives a run: the MCP servers (a run's end stops them too; this is for a start that failed)."""
+        self.mcp.close()
 
     # --- starting and resuming -------------------------------------------------------------------------------
     def run(self, objective: str, origin: dict | None = None, follows: str | None = None) -> RunResult:
@@ -93,9 +122,10 @@ class Agent:
         return self.start(objective, origin, follows).drive()
 
     def start(self, objective: str, origin: dict | None = None, follows: str | None = None,
-              workspace: RunWorkspace | None = None) -> Run:
+              workspace: RunWorkspace | None = None, keep_workspace: bool = False) -> Run:
         """A new run of an objective, recorded and ready to drive (`run.drive()` works on it until it ends).
-        Given the `workspace` of the run it follows (a chat), its Python session carries over."""
+        Given the `workspace` of the run it follows (a chat), its Python session carries over. `keep_workspace`:
+        the caller closes the workspace the run makes (`run.workspace`), to hand it on."""
         objective = objective.strip()
         if not objective:
             raise ConfigError("the objective is empty: say what the agent should do")
@@ -108,7 +138,8 @@ class Agent:
         self._check_endpoint()
         record = self.store.create()
         try:
-            run = Run(self, record, RunState(objective=objective, make_record=self.step_record), workspace=workspace)
+            run = Run(self.services, record, RunState(objective=objective, make_record=self.step_record),
+                      workspace=workspace, keep_workspace=keep_workspace)
         except ConfigError:  # the sandbox asked for cannot be had here: nothing was started
             record.close()
             shutil.rmtree(record.dir, ignore_errors=True)
@@ -116,7 +147,8 @@ class Agent:
         run.emit(ev.RunStart(time=now_iso(), run_id=record.run_id, objective=objective,
                              settings={**self.settings.to_dict(), "workdir": str(self.settings.workdir_path)},
                              follows=previous, background=background,
-                             extra=dict(origin or {})))
+                             extra={**(origin or {}),
+                                    **({"mcp_tools": self.mcp.definitions} if self.mcp.definitions else {})}))
         return run
 
     def background(self, run_id: str, python_kept: bool = False) -> str:
@@ -156,7 +188,7 @@ class Agent:
         self._check_budget(state.objective, state.background)
         self._check_workdir()
         self._check_endpoint()
-        run = Run(self, record, state, resumed=True)
+        run = Run(self.services, record, state, resumed=True)
         run.emit(ev.Resume(step=state.completed_step, time=now_iso(), settings=self.settings.to_dict()))
         run.alerts.append(RESUMED)
         return run.drive()
@@ -185,12 +217,17 @@ class Agent:
             raise ConfigError(str(exc)) from None
 
     def step_record(self, number: int, thought: str, command: str, arg: str, observation: str,
-                    raw_reply: str = "", notes: tuple = ()) -> StepRecord:
-        """A step as the context shows it: every part within the per-item budget."""
+                    raw_reply: str = "", notes: tuple = (), args: dict | None = None) -> StepRecord:
+        """A step as the context shows it: every part within the per-item budget (the arguments' texts sharing
+        it)."""
         limit = self.budget.item
+        if args is not None:
+            texts = [v for v in args.values() if isinstance(v, str)]
+            share = max(20, limit // max(1, len(texts)))
+            args = {k: truncate_middle(v, self.counter, share) if isinstance(v, str) else v for k, v in args.items()}
         return StepRecord(number, truncate_middle(thought, self.counter, limit), command,
                           truncate_middle(arg, self.counter, limit), truncate_middle(observation, self.counter, limit),
-                          raw_reply=truncate_middle(raw_reply, self.counter, limit), notes=notes)
+                          raw_reply=truncate_middle(raw_reply, self.counter, limit), notes=notes, args=args)
 
 
 
@@ -209,7 +246,7 @@ def open_vector_memory(settings: Settings, environ: Mapping[str, str], model,
         client = getattr(model, "client", None)
         if client is None:
             from .config import Endpoint
-            from .model import EndpointClient
+            from .endpoint import EndpointClient
 
             endpoint = Endpoint.from_environment(environ)
             endpoint.check()

@@ -29,8 +29,9 @@ from typing import Mapping
 from rich.console import Console
 from rich.text import Text
 
-from .batch_report import (figures, latest_results, pipe_console, preview, print_table, register_batch, scores,
-                           succeeded, summary_line, summary_table, totals)
+from . import safefs
+from .batch_report import (figures, latest_results, pipe_console, preview, print_table, register_batch, results_key,
+                           scores, sign, succeeded, summary_line, summary_table, totals)
 from .config import OPTIONS_BY_NAME, ConfigError, Settings, read_dotenv, resolve_settings
 from .redaction import Redactor, redact_data
 from .runs import now_iso
@@ -180,6 +181,12 @@ class Batch:
         self.stopping = False
         self.previous: dict[tuple[str, int], dict] = {}  # the results of an earlier run of this batch
         self.redact = Redactor(os.environ, read_dotenv())  # results and logs pass the same gate as a run's files
+        # the lines this batch writes are signed with the home's key: a rerun takes only those as done
+        self.key = results_key(home) if home is not None else None
+        # an objective works in a folder of its own (DIR/work/NAME) unless --workdir or its line names one: never
+        # in the folder that holds the results (see _workdir)
+        self.own_workdirs = not options.get("workdir")
+        self._out_fd: int | None = None  # DIR, opened once, never through a link: every file here is written via it
 
     # --- one attempt ----------------------------------------------------------------------------------------------
     def _option_env(self, objective: Objective, workdir: Path | None) -> dict[str, str]:
@@ -192,7 +199,16 @@ class Batch:
         return env
 
     def _workdir(self, objective: Objective, repeat: int) -> Path | None:
-        return (self.out / "work" / attempt_name(objective.id, repeat)).resolve() if objective.fresh_workdir else None
+        """DIR/work/NAME: with a setup, and for every objective whose work directory nobody named (a .txt batch's
+        objectives, say), so that what code writes stays beside, never inside, the batch's results and logs."""
+        own = objective.fresh_workdir or (self.own_workdirs and "workdir" not in objective.overrides)
+        return (self.out / "work" / attempt_name(objective.id, repeat)).resolve() if own else None
+
+    def _out_dir(self) -> int:
+        with self.lock:
+            if self._out_fd is None:
+                self._out_fd = safefs.open_dir(self.out)
+            return self._out_fd
 
     def _run_one(self, objective: Objective, repeat: int) -> dict:
         if objective.problem:  # a bad line: this objective fails alone, the others run
@@ -234,9 +250,12 @@ class Batch:
         else:
             outcome = carry_out(attempt, os.environ, on_start=lambda process: self._started(key, process),
                                 on_end=lambda: self._ended(key), stopping=lambda: self.stopping)
-        self.logs.mkdir(parents=True, exist_ok=True)
         log_path = self.logs / f"{attempt_name(objective.id, repeat)}.log"
-        log_path.write_text(self.redact(outcome.stderr), encoding="utf-8")
+        logs = safefs.sub_dir(self._out_dir(), "logs")  # never through a link code may have put there
+        try:
+            safefs.replace_file(logs, log_path.name, self.redact(outcome.stderr).encode("utf-8", "replace"))
+        finally:
+            os.close(logs)
         summary = outcome.summary
         message = ""
         if outcome.setup_problem:
@@ -282,10 +301,12 @@ class Batch:
     def _record(self, record: dict) -> dict:
         key = (record["id"], record["repeat"])
         record = redact_data(self.redact, record)
+        if self.key is not None:
+            record = sign(record, self.key)
+        out = self._out_dir()
         with self.lock:
-            self.out.mkdir(parents=True, exist_ok=True)
-            with open(self.results_path, "a", encoding="utf-8") as results:
-                results.write(json.dumps(record, ensure_ascii=False) + "\n")
+            safefs.append(out, self.results_path.name,
+                          (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8", "surrogatepass"))
             self.finished[key] = record
             self.spent += record.get("cost_usd") or 0.0
         name = record["id"] + (f" #{record['repeat']}" if self.repeat > 1 else "")
@@ -305,7 +326,15 @@ class Batch:
                 and ("check" in last) == objective.checked)
 
     def run(self) -> int:
-        self.previous = latest_results(self.results_path)
+        try:
+            return self._run()
+        finally:
+            if self._out_fd is not None:
+                os.close(self._out_fd)
+                self._out_fd = None
+
+    def _run(self) -> int:
+        self.previous = latest_results(self.results_path, self.key)
         attempts = [(o, r) for r in range(self.repeat) for o in self.objectives]
         todo = [(o, r) for o, r in attempts if not self._complete(o, r)]
         if self.home is not None and self.source is not None:  # so the UI lists it
@@ -469,6 +498,9 @@ def prepare_workdir(attempt: Attempt, env: Mapping[str, str]) -> str:
     shutil.rmtree(workdir, ignore_errors=True)  # a rerun starts clean
     if workdir.exists() or workdir.is_symlink():
         return f"{workdir} could not be emptied"
+    if not attempt.setup_dir and not attempt.setup_command:  # a work directory of its own, empty
+        workdir.mkdir(parents=True)
+        return ""
     if attempt.setup_dir:
         source = Path(attempt.setup_dir)
         if workdir.is_relative_to(source):

@@ -85,11 +85,72 @@ def latest(records: list[dict]) -> dict[tuple[str, int], dict]:
     return found
 
 
-def latest_results(path: Path) -> dict[tuple[str, int], dict]:
-    """What an earlier run of a batch left in its results.jsonl (nothing yet: empty)."""
+def latest_results(path: Path, key: bytes | None = None) -> dict[tuple[str, int], dict]:
+    """What an earlier run of a batch left in its results.jsonl (nothing yet: empty): with a key, only the lines a
+    batch of this home wrote (signed with it) — a line anything else added is not taken as done."""
     if not path.exists():
         return {}
-    return latest(read_results(path)[0])
+    records = read_results(path)[0]
+    return latest(records if key is None else signed(records, key))
+
+
+# --- which results a batch of this home wrote ---------------------------------------------------------------------
+KEY_NAME = "batch.key"
+MAC_FIELD = "mac"
+
+
+def results_key(home: Path) -> bytes:
+    """The key this home signs its batches' results with ($MINIAGI_HOME/batch.key, made at first use, 0600). The home
+    is out of executed code's reach, so code that can append to a results folder cannot sign what it appends."""
+    import secrets
+
+    from .safefs import write_new
+
+    path = Path(home) / KEY_NAME
+    for _ in range(2):
+        try:
+            data = read_bounded(path, 4096)[0].strip()
+            if len(data) >= 32:
+                return data
+        except FileNotFoundError:
+            pass
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_new(path, secrets.token_hex(32).encode())
+    raise ConfigError(f"{path} does not hold a key (delete it: a new one is made)")
+
+
+def _mac(record: dict, key: bytes) -> str:
+    import hmac
+
+    body = json.dumps({k: v for k, v in record.items() if k != MAC_FIELD}, ensure_ascii=False, sort_keys=True)
+    return hmac.new(key, body.encode("utf-8", "surrogatepass"), "sha256").hexdigest()
+
+
+def sign(record: dict, key: bytes) -> dict:
+    return {**record, MAC_FIELD: _mac(record, key)}
+
+
+def is_signed(record: dict, key: bytes) -> bool:
+    import hmac
+
+    mac = record.get(MAC_FIELD)
+    return isinstance(mac, str) and hmac.compare_digest(mac, _mac(record, key))
+
+
+def signed(records: list[dict], key: bytes) -> list[dict]:
+    return [record for record in records if is_signed(record, key)]
+
+
+def shown(records: list[dict], key: bytes | None) -> tuple[list[dict], int]:
+    """What a report shows of a results file, and how many lines it leaves out: when a batch of this home signed any
+    of its lines, only those (the others were added by something else); a file none of whose lines this home signed
+    (written by another home, or by hand) is shown as it is."""
+    if key is None:
+        return records, 0
+    good = signed(records, key)
+    if not good:
+        return records, 0
+    return good, len(records) - len(good)
 
 
 # --- scoring ------------------------------------------------------------------------------------------------------
@@ -263,8 +324,11 @@ def _figure_cells(numbers: dict, rate: bool = False) -> list[str]:
             _duration(numbers["median_seconds"])]
 
 
-def report(folders: list[str], as_json: bool = False) -> int:
+def report(folders: list[str], as_json: bool = False, home: Path | None = None) -> int:
     """`miniagi batch report DIR [DIR…]`."""
+    import sys
+
+    key = results_key(home) if home is not None else None
     found = []
     for folder in folders:
         path = results_file(Path(folder))
@@ -272,6 +336,9 @@ def report(folders: list[str], as_json: bool = False) -> int:
             records, _ = read_results(path)
         except OSError as exc:
             raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+        records, left_out = shown(records, key)
+        if left_out:
+            print(f"miniagi: {path}: {left_out} lines that no batch of this home wrote are left out", file=sys.stderr)
         found.append((folder, scores(latest(records))))
     if as_json:
         print(json.dumps({"folders": [{"results": str(results_file(Path(folder))),

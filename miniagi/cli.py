@@ -12,7 +12,7 @@ import sys
 
 from . import __version__
 from .config import OPTIONS, ConfigError, forget_dotenv, resolve_settings
-from .runs import STATUSES
+from .runs import STATUSES, WHOLE_RUN_ID
 
 COMMAND_HELP = {
     "run": "work on an objective (the default command)",
@@ -22,7 +22,7 @@ COMMAND_HELP = {
     "memory": "inspect the persistent memory: search \"QUERY\" | stats | clear",
     "batch": "run the objectives of a file unattended, in parallel",
     "replay": "re-drive a recorded run with its recorded model replies: no model calls",
-    "ui": "watch and inspect runs in a browser (pip install \"miniagi[ui]\")",
+    "ui": "start, watch and steer runs in a browser (pip install \"miniagi[ui]\")",
     "chat": "an interactive session: each line is the next objective; Python state, memory and summary carry over",
 }
 
@@ -40,6 +40,11 @@ class Parser(argparse.ArgumentParser):
         if self._subparsers is not None and args[:2] == ["batch", "report"]:
             args[:2] = ["batch-report"]  # `miniagi batch report DIR…`: a command of its own (no batch FILE is "report")
         return super().parse_known_args(args, namespace)
+
+    def error(self, message: str):
+        """A usage error is one line (not the whole usage first), and says where the usage is."""
+        hint = "" if "--help" in message else f" (`{self.prog} --help` shows the usage)"
+        self.exit(2, f"{self.prog}: error: {message}{hint}\n")
 
     def unknown(self, extras: list[str]) -> None:
         import difflib
@@ -85,26 +90,50 @@ def _add_follow_options(parser: argparse.ArgumentParser, what: str) -> None:
                         "or last: the newest of this work directory)")
 
 
+# the options most runs use, shown by `miniagi --help` (`miniagi run --help` lists them all)
+MAIN_RUN_OPTIONS = ("model", "yes", "max_steps", "max_cost", "workdir", "protocol", "critic", "debug")
+
+
+def _main_options() -> str:
+    import textwrap
+
+    from .config import OPTIONS_BY_NAME
+
+    lines = []
+    for name in MAIN_RUN_OPTIONS:
+        option = OPTIONS_BY_NAME[name]
+        flags = ", ".join(option.flags) + (f" {option.metavar}" if option.metavar and not option.boolean else "")
+        default = f" (default: {option.default_text})" if option.default_text and not option.boolean else ""
+        lines.append(textwrap.fill(f"{option.help}{default}", 100, initial_indent=f"  {flags:<24}",
+                                   subsequent_indent=" " * 26))
+    return "\n".join(lines)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="miniagi",
+        usage='miniagi [OPTIONS] "OBJECTIVE"  |  miniagi COMMAND ...',
         description="An autonomous agent: give it an objective, it works in short steps until done.",
-        epilog='Examples:  miniagi "Find the largest file in this folder"   ·   miniagi run --help (all options)'
-               "   ·   miniagi runs   ·   miniagi show RUN_ID",
+        epilog="main run options (`miniagi run --help` lists them all, each also an environment variable):\n"
+               + _main_options() + '\n\nexamples:\n  miniagi -y -m gpt-4o "Find the largest file in this folder"\n'
+               "  miniagi runs      miniagi show last      miniagi resume last      miniagi chat",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"miniagi {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", prog="miniagi")
 
     run = commands.add_parser("run", help=COMMAND_HELP["run"], description=COMMAND_HELP["run"])
     run.add_argument("objective", nargs="+", help="what the agent should achieve (- reads it from stdin)")
     _add_follow_options(run, "a follow-up of")
     _add_run_options(run)
+    _add_control_option(run)
 
     chat = commands.add_parser("chat", help=COMMAND_HELP["chat"], description=COMMAND_HELP["chat"] + ". Every "
                                "objective is a run of its own, linked to the one before. Ctrl-D (or an end of "
                                "input) ends the session.")
     _add_follow_options(chat, "start as a follow-up of")
     _add_run_options(chat)
+    _add_control_option(chat)
 
     resume = commands.add_parser("resume", help=COMMAND_HELP["resume"],
                                  description=COMMAND_HELP["resume"] + ". It runs with the settings it was started "
@@ -113,6 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
                                  "go on past a limit).")
     resume.add_argument("run_id", help="the run's id, a unique prefix of it, or last (the newest run)")
     _add_run_options(resume)
+    _add_control_option(resume)
 
     runs = commands.add_parser("runs", help=COMMAND_HELP["runs"], description=COMMAND_HELP["runs"])
     runs.add_argument("--status", choices=STATUSES, help="only runs with this status")
@@ -164,12 +194,15 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--home", default=None, help="where runs live [MINIAGI_HOME]")
     replay.add_argument("--json", action="store_true", help="print the report as one JSON object")
 
-    ui = commands.add_parser("ui", help=COMMAND_HELP["ui"], description=COMMAND_HELP["ui"] + ": the runs, each run "
-                             "step by step (live while it runs), batches and the memory. Read-only.")
+    ui = commands.add_parser("ui", help=COMMAND_HELP["ui"], description=COMMAND_HELP["ui"] + ": start a run or a chat, "
+                             "approve its commands, answer it, stop, resume and follow up; the runs step by step "
+                             "(live), batches and the memory. Locked by a token printed in its URL.")
     ui.add_argument("--host", default="127.0.0.1", help="where to listen (default 127.0.0.1: this machine only)")
     ui.add_argument("--port", type=int, default=8765, help="default 8765")
     ui.add_argument("--open", action="store_true", help="open it in the browser")
     ui.add_argument("--home", default=None, help="where runs live [MINIAGI_HOME]")
+    ui.add_argument("--workdir", action="append", default=None, metavar="DIR",
+                    help="a work directory runs started from the browser may use, besides this folder (repeatable)")
 
     memory = commands.add_parser("memory", help=COMMAND_HELP["memory"], description=COMMAND_HELP["memory"])
     memory.add_argument("action", choices=("search", "stats", "clear"))
@@ -186,6 +219,22 @@ def build_parser() -> argparse.ArgumentParser:
     memory.add_argument("-y", "--yes", action="store_true", help="clear without asking (clear)")
     parser.commands = commands.choices  # each subcommand's own parser, for its own usage errors
     return parser
+
+
+def _add_control_option(parser: argparse.ArgumentParser) -> None:
+    # not listed: how `miniagi ui` steers a run it started (approvals and questions as files in DIR)
+    parser.add_argument("--control", default=None, metavar="DIR", help=argparse.SUPPRESS)
+
+
+def _control_ui(args: argparse.Namespace, settings):
+    """With --control DIR, the run asks `miniagi ui` (webui/control.py) instead of the terminal."""
+    if not getattr(args, "control", None):
+        return None
+    from pathlib import Path
+
+    from .webui.control import Channel, ControlledTerminal
+
+    return ControlledTerminal(Channel(Path(args.control)), debug=settings.debug)
 
 
 def _flags(args: argparse.Namespace) -> dict:
@@ -212,15 +261,21 @@ def _starting():
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from .endpoint import preload
+
+    preload()  # the openai SDK is imported in a thread while the settings, .env and run directory are prepared
     settings = resolve_settings(_flags(args))
     objective = " ".join(args.objective)
     if objective == "-":  # from stdin: any size, any text (this is how batch hands objectives over)
         objective = sys.stdin.read()
     with _starting():
         from .agent import Agent
-
-        agent = Agent(settings, wait_for_memory=False)  # the process ends after it
-    result = agent.run(objective, follows=_followed(args, agent.store, settings.workdir_path))
+    # after the spinner: a question about ./.env is asked on a line of its own, the answer echoed
+    agent = Agent(settings, ui=_control_ui(args, settings), wait_for_memory=False)  # the process ends after it
+    try:
+        result = agent.run(objective, follows=_followed(args, agent.store, settings.workdir_path))
+    finally:
+        agent.close()
     return _finish(result, args.json)
 
 
@@ -241,16 +296,32 @@ def _followed(args: argparse.Namespace, store, workdir) -> str | None:
     return None
 
 
+CHAT_EXIT = {"exit", "quit", "/exit", "/quit", "/q", ":q", "bye"}
+CHAT_HELP_WORDS = {"help", "/help", "?", "/?"}
+CHAT_HELP = ("Type an objective and press Enter; /help for help; exit, quit or Ctrl-D to leave.\n"
+             "Each objective is a run of its own that follows the one before: Python variables, memory and the "
+             "summary carry over.\n`miniagi runs` lists the runs afterwards, `miniagi show last` shows the newest.")
+
+
 def cmd_chat(args: argparse.Namespace) -> int:
     """Objectives one line at a time; each is a run that follows the one before and shares its Python session."""
     settings = resolve_settings(_flags(args))
     with _starting():
         from .agent import Agent
-
-        agent = Agent(settings, wait_for_memory=False)  # the process ends after it
-    previous, workspace, code = _followed(args, agent.store, settings.workdir_path), None, 0
+    # after the spinner: it may ask about ./.env
+    agent = Agent(settings, ui=_control_ui(args, settings), wait_for_memory=False)  # the process ends after it
+    workspace, code = None, 0
     interactive = sys.stdin is not None and sys.stdin.isatty()
+    if interactive:
+        from rich.markup import escape
+
+        from .ui import visible
+
+        agent.ui.echo_objective = False  # the person just typed it
+        agent.ui.say(f"[bold]miniagi chat[/] · model {escape(visible(settings.model))} · folder "
+                     f"{escape(visible(str(settings.workdir_path)))}\n[dim]{CHAT_HELP.splitlines()[0]}[/]")
     try:
+        previous = _followed(args, agent.store, settings.workdir_path)
         while True:
             if interactive:
                 print("› ", end="", file=sys.stderr, flush=True)
@@ -260,8 +331,13 @@ def cmd_chat(args: argparse.Namespace) -> int:
             objective = line.strip()
             if not objective:
                 continue
-            run = agent.start(objective, follows=previous, workspace=workspace)
-            run.owns_workspace = False  # the session's Python goes on to the next objective: closed at the end
+            if objective.lower() in CHAT_EXIT:
+                break
+            if objective.lower() in CHAT_HELP_WORDS:
+                print(CHAT_HELP, file=sys.stderr)
+                continue
+            # the session's Python goes on to the next objective: the workspace is closed at the end
+            run = agent.start(objective, follows=previous, workspace=workspace, keep_workspace=True)
             workspace = run.workspace
             result = run.drive()
             code = _finish(result, args.json)
@@ -269,25 +345,36 @@ def cmd_chat(args: argparse.Namespace) -> int:
     finally:
         if workspace is not None:
             workspace.close()
+        agent.close()
     return code
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
+    from .endpoint import preload
+
+    preload()
     from .agent import Agent, recorded_settings
-    from .trust import narrowed
+    from .trust import narrowed, resume_flags
 
     flags = _flags(args)
     store = _store(args)
     overrides = {name: value for name, value in flags.items() if value is not None}
     # the recorded settings, none wider than the user's current ones (code the run executed could have rewritten
     # the trace), with what was given now on top; runs stay where they were found
-    settings, differences = narrowed(recorded_settings(store, args.run_id), resolve_settings(flags))
+    recorded = recorded_settings(store, args.run_id)
+    settings, differences = narrowed(recorded, resolve_settings(flags))
     settings = settings.with_overrides({**overrides, "home": str(store.root.parent)})
-    agent = Agent(settings, wait_for_memory=False)  # the process ends after it
-    said = [text for name, text in differences.items() if name not in overrides and name != "home"]
+    agent = Agent(settings, ui=_control_ui(args, settings), wait_for_memory=False)  # the process ends after it
+    said = [name for name in differences if name not in overrides and name != "home"]
     if said:
-        agent.ui.warn("not taken from the run's trace: " + "; ".join(said) + " (give an option to choose)")
-    result = agent.resume(args.run_id)
+        again = resume_flags(recorded, leave=tuple(name for name in recorded.__dataclass_fields__
+                                                   if name not in said))
+        agent.ui.warn("not taken from the run's trace: " + "; ".join(differences[name] for name in said)
+                      + f". To run with them, add `{again.strip()}` to the command")
+    try:
+        result = agent.resume(args.run_id)
+    finally:
+        agent.close()
     return _finish(result, args.json)
 
 
@@ -335,7 +422,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
 def cmd_batch_report(args: argparse.Namespace) -> int:
     from .batch_report import report
 
-    return report(args.folders, as_json=args.json)
+    return report(args.folders, as_json=args.json, home=resolve_settings({}).home_path)
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -373,8 +460,9 @@ def cmd_memory(args: argparse.Namespace) -> int:
 
     settings = resolve_settings({"home": args.home, "embedding_model": args.embedding_model,
                                  "memory_url": args.memory_url})
-    vectors = open_vector_memory(settings.with_overrides({"memory_scope": "global"}), os.environ, None)
     redact = Redactor(os.environ, read_dotenv())  # memories stored before the secret gate existed, too
+    # (and the journals opening the store stores pass the gate again)
+    vectors = open_vector_memory(settings.with_overrides({"memory_scope": "global"}), os.environ, None, redact)
     if args.run:
         args.run = _memory_run(settings, args.run)
     where = {"run": args.run} if args.run else None
@@ -443,18 +531,29 @@ def _clear_memory(args: argparse.Namespace, vectors, settings, where) -> None:
 def cmd_ui(args: argparse.Namespace) -> int:
     try:
         from .webui.app import listen, serve
+        from .webui.auth import new_token
     except ImportError as exc:
         raise ConfigError(f"the web UI needs its extra: pip install \"miniagi[ui]\" ({exc.name} is missing)") from None
+    from pathlib import Path
+
     from .config import read_dotenv
     from .redaction import Redactor
 
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"miniagi: warning: the UI listens on {args.host}: anyone who can reach this machine on port "
-              f"{args.port} can read every run", file=sys.stderr)
+              f"{args.port} and has the URL below can read every run and run code as you", file=sys.stderr)
     home = resolve_settings({"home": args.home}).home_path
+    workdirs = [Path(d).expanduser().resolve() for d in [".", *(args.workdir or [])]]
+    missing = [str(d) for d in workdirs if not d.is_dir()]
+    if missing:
+        raise ConfigError(f"--workdir {missing[0]}: no such folder")
     sock = listen(args.host, args.port)
-    print(f"miniagi ui: http://{args.host}:{args.port}/ (runs under {home}; Ctrl-C stops it)", file=sys.stderr)
-    serve(sock, home, args.host, args.port, args.open, Redactor(os.environ, read_dotenv()))
+    token = new_token()  # in this process's memory only: never in a file, nor in the runs' environment
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    print(f"miniagi ui: http://{host}:{args.port}/?token={token}\n  (runs under {home}; work directories: "
+          f"{', '.join(map(str, dict.fromkeys(workdirs)))}; Ctrl-C stops it)", file=sys.stderr, flush=True)
+    serve(sock, home, args.host, args.port, args.open, Redactor(os.environ, read_dotenv()), token,
+          list(dict.fromkeys(workdirs)))
     return 0
 
 
@@ -512,7 +611,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         _complain(str(error))
         if str(error).startswith(("no run ", "there is no run")) and argv[0] in ("show", "resume", "replay") \
-                and len(argv) > 1:
+                and len(argv) > 1 and not any(WHOLE_RUN_ID.fullmatch(word) for word in argv[1:]):  # an id: no objective
             _objective_hint(argv)
         return 2
     except KeyboardInterrupt:

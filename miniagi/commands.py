@@ -1,10 +1,11 @@
 """The commands the model can use: one typed Python function each, registered in one table.
 
 A command is a function `name(workspace, parameter: type, …)` with a docstring. Everything the model sees of it is
-generated from that one definition: the tags help (where the arguments are joined with "|"), the tools and json
-schemas (one typed property per parameter), and, for the commands marked `python`, a function of the same
-signature inside execute_python. Adding a command is writing one function. The docstring's first paragraph says
-what the command does; a later line `parameter: text` describes that parameter for the schemas.
+generated from that one definition: the tags help (the tags format joins several arguments into one text, in its
+own module), the tools and json schemas (one typed property per parameter), and, for the commands marked `python`,
+a function of the same signature inside execute_python. Adding a command is writing one function. The docstring's
+first paragraph says what the command does; a later line `parameter: text` describes each parameter for the schemas
+(required: a command with an undescribed parameter is refused when it is defined).
 
 A command acts through the narrow `Workspace` protocol below (never on the agent itself) and returns its
 observation as text, or an `Outcome` when it also leaves notes, memories, data or the final answer, which the loop
@@ -18,7 +19,7 @@ import json
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Callable, ClassVar, Protocol
 
 from .sources import SourceError, is_url
 from .ui import plural
@@ -39,7 +40,6 @@ INGEST_SUMMARY_TOKENS = 150
 SEARCH_RESULTS = 5
 # a parameter's annotation → its JSON schema (the types a command's parameters may have)
 SCHEMAS = {"str": {"type": "string"}, "list[str]": {"type": "array", "items": {"type": "string"}}}
-_ITEM = re.compile(r"\S*[./:\d]\S*")  # a list item in the text form: a path, a URL, a result number
 
 
 @dataclass
@@ -111,10 +111,6 @@ class Parameter:
     def schema(self) -> dict:
         return dict(SCHEMAS[self.type], **({"description": self.doc} if self.doc else {}))
 
-    def placeholder(self) -> str:
-        """How the tags help names it: QUESTION, or SOURCE[|…] for a list (more may follow, each after a |)."""
-        return f"{self.name.upper().removesuffix('S')}[|…]" if self.is_list else self.name.upper()
-
     def value(self, given) -> str | list[str]:
         """A value from a JSON reply, as this parameter's type (a lone string for a list, a number for a text)."""
         if self.is_list:
@@ -143,54 +139,23 @@ class Command:
         arguments = ", ".join(f"{p.name}: {p.type}" for p in self.parameters)
         return f"{self.name}({arguments})" + (f" -> {self.returns}" if returns else "")
 
+    # its argument is one JSON object whatever its parameters (an MCP tool's, miniagi/mcp_tools.py): the tags
+    # format writes it as JSON, and the command reads it itself (its `parse`, `text`, `placeholders`)
+    json_argument: ClassVar[bool] = False
+
+    def python_spec(self) -> dict:
+        """Its function inside execute_python, for the Python worker: name, typed parameters, return type, doc."""
+        return {"name": self.name, "params": [[p.name, p.type] for p in self.parameters], "returns": self.returns,
+                "doc": self.doc}
+
     def schema(self) -> dict:
         """Its arguments as a JSON schema: one typed property per parameter, all required."""
         return {"type": "object", "properties": {p.name: p.schema() for p in self.parameters},
                 "required": [p.name for p in self.parameters], "additionalProperties": False}
 
-    # --- the text form: the tags format's argument, and what a trace records --------------------------------------
-    def text(self, args: dict) -> str:
-        """The arguments as one text, joined with "|" (a list's items each after its own |)."""
-        parts = []
-        for parameter in self.parameters:
-            value = args.get(parameter.name)
-            if value is not None:
-                parts.extend(value if isinstance(value, list) else [value])
-        return "|".join(parts)
-
-    def parse(self, text: str) -> dict:
-        """The arguments of a text form. One parameter takes the whole text. Several are split at "|": a closing
-        list takes the trailing parts that look like paths, URLs or result numbers (at least the last part), and
-        the first parameter takes whatever is left over, so it may itself contain a "|"."""
-        text = text.strip()
-        if not text or not self.parameters:
-            return {}
-        if len(self.parameters) == 1:
-            return {self.parameters[0].name: self.parameters[0].value(text)}
-        parts = [part.strip() for part in text.split("|")]
-        *leading, last = self.parameters
-        tail: list[str] = []
-        if len(parts) > len(leading):
-            tail.append(parts.pop())
-            while last.is_list and len(parts) > len(leading) and _ITEM.fullmatch(parts[-1]):
-                tail.insert(0, parts.pop())
-        extra = max(0, len(parts) - len(leading))
-        values = ["|".join(parts[:extra + 1]), *parts[extra + 1:]]
-        args = {p.name: value for p, value in zip(leading, values) if value}
-        if tail:
-            args[last.name] = tail if last.is_list else tail[0]
-        return args
-
-    def arguments(self, values) -> dict:
-        """The arguments from a JSON reply, leniently: under their own names; or, when none is, the text form
-        under "arg" (the older json format) or in the only value given, whatever its name."""
-        if not isinstance(values, dict):
-            return self.parse(values if isinstance(values, str) else _as_text(values))
-        names = {p.name for p in self.parameters}
-        if not names & values.keys():
-            loose = values.get("arg", next(iter(values.values())) if len(values) == 1 else None)
-            if loose is not None:
-                return self.parse(loose if isinstance(loose, str) else _as_text(loose))
+    def arguments(self, values: dict) -> dict:
+        """The arguments of a JSON object, as their parameters' types (a lone string for a list, a number for a
+        text): only the parameters' own names, absent and empty ones left out."""
         return {p.name: p.value(values[p.name]) for p in self.parameters if values.get(p.name) not in (None, "", [])}
 
     def missing(self, args: dict) -> list[str]:
@@ -219,6 +184,9 @@ def command(needs_approval: bool = False, python: bool = False, action: bool = T
             if kind not in SCHEMAS:
                 raise TypeError(f"{function.__name__}: parameter {parameter.name} needs one of the types "
                                 f"{', '.join(SCHEMAS)}, not {kind!r}")
+            if not described.get(parameter.name, "").strip():
+                raise TypeError(f"{function.__name__}: parameter {parameter.name} needs a description: a line "
+                                f"'{parameter.name}: what it is' in the docstring, after its first paragraph")
         COMMANDS[function.__name__] = Command(
             function.__name__, " ".join(summary.split()),
             tuple(Parameter(p.name, kind, described.get(p.name, "")) for p, kind in zip(parameters, types)), function,
@@ -236,8 +204,7 @@ def actions() -> list[Command]:
 def python_tools() -> list[dict]:
     """The commands code can call from execute_python, for the Python worker: name, typed parameters, return
     type and what it does."""
-    return [{"name": c.name, "params": [[p.name, p.type] for p in c.parameters], "returns": c.returns,
-             "doc": c.doc} for c in COMMANDS.values() if c.python]
+    return [c.python_spec() for c in COMMANDS.values() if c.python]
 
 
 def code_commands() -> frozenset[str]:
@@ -258,7 +225,10 @@ RECALL_HINT = ("Later steps recall the stored parts relevant to them; for a prec
 
 @command(python=True)
 def memorize_thoughts(workspace: Workspace, text: str) -> Outcome:
-    """Keep a note (a plan, a fact, a result): it stays in view for the rest of the run."""
+    """Keep a note (a plan, a fact, a result): it stays in view for the rest of the run.
+
+    text: the note, whole
+    """
     return Outcome("Noted: it is in your memory now.", notes=[text])
 
 
@@ -275,7 +245,10 @@ def execute_python(workspace: Workspace, code: str) -> str:
 @command(needs_approval=True)
 def execute_shell(workspace: Workspace, command_line: str) -> str:
     """Run one shell command line in the working directory, with no input; you see its exit code and output. Start
-    servers from execute_python with subprocess.Popen."""
+    servers from execute_python with subprocess.Popen.
+
+    command_line: one line for bash
+    """
     return workspace.run_shell(command_line)
 
 
@@ -362,7 +335,10 @@ def ingest_data(workspace: Workspace, source: str) -> str | Outcome:
 
 @command(action=False)
 def read(workspace: Workspace, source: str) -> str | Outcome:
-    """The readable text of a file or web page, read as ingest_data reads it (printed, it shows as data)."""
+    """The readable text of a file or web page, read as ingest_data reads it (printed, it shows as data).
+
+    source: a path in the working directory or a URL
+    """
     source = _source_spec(workspace, source)
     try:
         document = workspace.read(source)
@@ -425,11 +401,17 @@ def process_data(workspace: Workspace, question: str, sources: list[str]) -> str
 
 @command(python=True)
 def talk_to_user(workspace: Workspace, message: str) -> str:
-    """Ask or tell the user something; their reply comes back. Only when you cannot go on without them."""
+    """Ask or tell the user something; their reply comes back. Only when you cannot go on without them.
+
+    message: what to ask or tell
+    """
     return workspace.ask_user(message)
 
 
 @command()
 def done(workspace: Workspace, answer: str) -> Outcome:
-    """Finish: the answer is all the user sees, so make it complete."""
+    """Finish: the answer is all the user sees, so make it complete.
+
+    answer: the complete final answer
+    """
     return Outcome(answer=answer)

@@ -6,16 +6,15 @@ variable names, the MiniAGI aliases and the README's table are all generated fro
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import sys
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-
-class ConfigError(Exception):
-    """A usage or configuration problem: reported as one line, exit code 2."""
-
+from .errors import ConfigError  # defined apart: the model and the formats raise it without importing config
 
 TRUE_WORDS = {"1", "true", "yes", "on", "y", "t"}
 FALSE_WORDS = {"0", "false", "no", "off", "n", "f", ""}
@@ -165,7 +164,8 @@ def option(default: Any, parse: Callable[[str], Any], help: str, **how: Any) -> 
 
 @dataclass(frozen=True)
 class Settings:
-    model: str = option("gpt-4o-mini", parse_text, "model for the agent's actions", aliases=("MODEL",), metavar="M")
+    model: str = option("gpt-4o-mini", parse_text, "model for the agent's actions", aliases=("MODEL",), metavar="M",
+                        short="-m")
     summarizer_model: str | None = option(
         None, parse_text, "model for summaries and process_data", shown_default="the agent's",
         aliases=("SUMMARIZER_MODEL",), metavar="M")
@@ -204,6 +204,10 @@ class Settings:
         metavar="PATH", repeatable=True)
     no_network: bool = option(False, parse_bool, "executed code gets no network (the agent's own commands still "
                               "reach the model, search and URLs)")
+    mcp_config: tuple[str, ...] = option(
+        (), parse_paths, "a JSON file of MCP servers ({\"mcpServers\": {NAME: {command, args, env} or {url}}}) whose "
+        "tools become commands (see docs/mcp.md); repeatable, comma-separated in the environment", metavar="FILE",
+        repeatable=True)
     pass_env: tuple[str, ...] = option(
         (), parse_names, "an environment variable executed code may see, besides the harmless ones it always sees "
         "(PATH, LANG, LC_*, TERM, TZ, proxies); repeatable, comma-separated in the environment", metavar="NAME",
@@ -262,7 +266,7 @@ class Settings:
     def from_dict(cls, data: Mapping[str, Any]) -> "Settings":
         known = {f.name for f in fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
-        for name in ("pass_env", "sandbox_allow"):
+        for name in ("pass_env", "sandbox_allow", "mcp_config"):
             if isinstance(values.get(name), list):
                 values[name] = tuple(values[name])
         return cls(**values)
@@ -349,7 +353,7 @@ def _parse_dotenv(path: str) -> tuple[tuple[str, str], ...]:
     logger.addHandler(handler)
     logger.propagate = False
     try:
-        values = dotenv_values(path, encoding="utf-8")
+        values = dotenv_values(path, encoding="utf-8", interpolate=False)  # ${VAR} is text: no secret comes in
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start}): save it as UTF-8") from None
     except OSError as exc:
@@ -373,12 +377,26 @@ IGNORED_MINIAGI_NAMES = {
 _told: set[str] = set()
 
 
-def tell_ignored(layers: Mapping[str, str]) -> None:
-    """One line per MiniAGI setting found that miniagi ignores (once per process)."""
-    for name, why in IGNORED_MINIAGI_NAMES.items():
-        if name in layers and name not in _told:
-            _told.add(name)
-            print(f"miniagi: {name} (a MiniAGI setting) is ignored: {why}", file=sys.stderr)
+def tell_ignored(layers: Mapping[str, str], home: Path | None = None) -> None:
+    """One line per MiniAGI setting found that miniagi ignores: once per process, and, with a `home`, once until
+    what is ignored changes (not on every run of a MiniAGI .env left as it is)."""
+    found = {name: layers[name] for name in IGNORED_MINIAGI_NAMES if name in layers and name not in _told}
+    if not found:
+        return
+    _told.update(found)
+    record, key = (home / "ignored-settings.json" if home else None), str(Path.cwd() / ".env")
+    digest = hashlib.sha256(json.dumps(sorted(found.items())).encode()).hexdigest()
+    try:
+        told = json.loads(record.read_text(encoding="utf-8")) if record and record.is_file() else {}
+        if told.get(key) == digest:
+            return
+        if record:
+            record.parent.mkdir(parents=True, exist_ok=True)
+            record.write_text(json.dumps({**told, key: digest}), encoding="utf-8")
+    except (OSError, ValueError, AttributeError):  # no record kept: said every time, as before
+        pass
+    for name in found:
+        print(f"miniagi: {name} (a MiniAGI setting) is ignored: {IGNORED_MINIAGI_NAMES[name]}", file=sys.stderr)
 
 
 def resolve_settings(
@@ -389,7 +407,6 @@ def resolve_settings(
     """flag > environment > .env > default, for every option of the table."""
     environ = os.environ if environ is None else environ
     dotenv = read_dotenv() if dotenv is None else dotenv
-    tell_ignored({**dotenv, **environ})
     values: dict[str, Any] = {}
     for option in OPTIONS:
         flag_value = flags.get(option.name)
@@ -401,14 +418,18 @@ def resolve_settings(
             if found is not None:
                 values[option.name] = found
                 break
-    return Settings(**values)
+    settings = Settings(**values)
+    tell_ignored({**dotenv, **environ}, settings.home_path)
+    return settings
 
 
 def _from_layer(option: Option, layer: Mapping[str, str]) -> Any:
+    """The option's value in the environment or a .env; an empty value means the default, as in MiniAGI (its
+    .env_example has `WORK_DIR=`)."""
     for name in (option.env, *option.aliases):
-        if name in layer:
+        if str(layer.get(name) or "").strip():
             return _parse(option, layer[name], name)
-    if option.negated_alias and option.negated_alias in layer:
+    if option.negated_alias and str(layer.get(option.negated_alias) or "").strip():
         return not _parse(option, layer[option.negated_alias], option.negated_alias)
     return None
 
@@ -419,6 +440,8 @@ class Endpoint:
 
     api_key: str | None
     base_url: str | None
+    azure_endpoint: str | None = None  # AZURE_OPENAI_ENDPOINT: requests go to an Azure OpenAI resource
+    api_version: str | None = None  # OPENAI_API_VERSION, for Azure
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None,
@@ -430,11 +453,39 @@ class Endpoint:
             value = environ.get(name) or dotenv.get(name)
             return value.strip() if value and value.strip() else None
 
+        azure = lookup("AZURE_OPENAI_ENDPOINT")
+        if azure:
+            return cls(api_key=lookup("AZURE_OPENAI_API_KEY") or lookup("OPENAI_API_KEY"), base_url=azure,
+                       azure_endpoint=azure, api_version=lookup("OPENAI_API_VERSION"))
         return cls(api_key=lookup("OPENAI_API_KEY"), base_url=lookup("OPENAI_BASE_URL") or lookup("OPENAI_API_BASE"))
 
     def check(self) -> None:
+        if self.azure_endpoint and not (self.api_key and self.api_version):
+            raise ConfigError("AZURE_OPENAI_ENDPOINT is set: set AZURE_OPENAI_API_KEY and OPENAI_API_VERSION too "
+                              "(e.g. 2024-10-21)")
+        check_proxies(os.environ)
         if not self.api_key and not self.base_url:
             raise ConfigError(
                 "no model endpoint: set OPENAI_API_KEY (OpenAI) or OPENAI_BASE_URL (a local server such as "
                 "Ollama: http://localhost:11434/v1), in the environment or in ./.env"
             )
+
+
+PROXY_NAMES = ("ALL_PROXY", "HTTPS_PROXY", "HTTP_PROXY")
+
+
+def check_proxies(environ: Mapping[str, str]) -> None:
+    """A SOCKS proxy in the environment is used as httpx uses it (socks5, socks5h, through socksio, a dependency);
+    a kind it cannot use is one line, exit 2, not a traceback at the first request."""
+    for name in PROXY_NAMES:
+        value = (environ.get(name) or environ.get(name.lower()) or "").strip()
+        scheme = value.split("://", 1)[0].lower() if "://" in value else ""
+        if not scheme.startswith("socks"):
+            continue
+        if scheme not in ("socks5", "socks5h"):
+            raise ConfigError(f"{name}: a {scheme} proxy cannot be used (socks5 and socks5h can, and http/https)")
+        try:
+            import socksio  # noqa: F401  (what httpx needs for SOCKS)
+        except ImportError:
+            raise ConfigError(f"{name} names a SOCKS proxy, and the socksio package is missing: "
+                              "pip install 'httpx[socks]'") from None

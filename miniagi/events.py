@@ -82,7 +82,8 @@ class Action(Event):
     type: ClassVar[str] = "action"
     thought: str = ""
     command: str = ""
-    arg: str = ""
+    arg: str = ""  # the arguments as one text (the tags form)
+    args: dict | None = optional()  # the arguments as one JSON object, as the model sent them (None: older traces)
 
 
 @dataclass
@@ -91,6 +92,8 @@ class Observation(Event):
     text: str = ""  # the observation as the model sees it
     notes: list | None = optional()  # what the step memorized (None in traces older than this field)
     note: str | None = optional()  # the part of text that says how the reply was read (at its end), not output
+    search: list | None = optional()  # web search results the step left ({title, url, snippet}): "ingest_data 2"
+    #                                   still names the second after a resume
 
     @property
     def output(self) -> str:
@@ -178,6 +181,18 @@ class Resume(Event):
 
 
 @dataclass
+class McpCall(Event):
+    """An MCP tool's result as the server gave it (miniagi/mcp_tools.py): what `replay` answers the call with."""
+
+    type: ClassVar[str] = "mcp_call"
+    command: str = ""
+    arguments: dict = field(default_factory=dict)
+    result: str = ""
+    ok: bool = True
+    own: bool = False  # the result's words are miniagi's (a timeout, a server gone), not the server's
+
+
+@dataclass
 class RunEnd(Event):
     type: ClassVar[str] = "run_end"
     time: str = ""
@@ -197,7 +212,8 @@ class Unknown(Event):
 
 
 EVENT_TYPES: tuple[type[Event], ...] = (RunStart, ModelCall, Action, Observation, FormatError, SummaryFolded, Recall,
-                                        CriticReview, CriticVerdict, LoopWarning, Isolation, Error, Resume, RunEnd)
+                                        CriticReview, CriticVerdict, LoopWarning, Isolation, Error, Resume, RunEnd,
+                                        McpCall)
 _BY_TYPE = {cls.type: cls for cls in EVENT_TYPES if cls.type != "critic"}
 
 

@@ -25,6 +25,10 @@ def system_prompt(workdir: str, protocol: str = "tags") -> str:
     from .critic import ADVICE_LABEL
     from .protocols import formats
 
-    functions = ", ".join(c.signature() for c in COMMANDS.values() if c.python)
+    from .mcp_tools import McpCommand, python_note
+
+    # an MCP tool is not listed again here (its keys are in the command's help): one sentence says how to call it
+    functions = ", ".join(c.signature() for c in COMMANDS.values() if c.python and not isinstance(c, McpCommand))
+    functions += python_note()
     return SYSTEM_PROMPT.format(protocol=formats()[protocol].describe(), functions=functions, workdir=workdir,
                                 advice=ADVICE_LABEL)

@@ -117,6 +117,14 @@ class Redactor:
         self._seen: dict[str, str] = {}  # the last prompt's message texts → redacted
         self._literal = re.compile("|".join(map(re.escape, spellings))) if spellings else None
 
+    def include(self, *sources: Mapping[str, str]) -> None:
+        """Secrets learned after start-up (an MCP server's env and credentials) join those it hides already."""
+        added = set(Redactor(*sources).values) - set(self.values)
+        if added:
+            self.values = sorted({*self.values, *added}, key=len, reverse=True)
+            self._literal = re.compile("|".join(map(re.escape, self.values)))
+            self._seen.clear()
+
     def __call__(self, text: str) -> str:
         if not text:
             return text

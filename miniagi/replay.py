@@ -58,6 +58,8 @@ class Recording:
     observations: dict[int, str]  # step → what the step produced (an observation or a format error)
     commands: dict[int, str]
     status: str | None
+    mcp_tools: list = field(default_factory=list)  # the MCP tools the run had, and their calls' results, in order
+    mcp_calls: list = field(default_factory=list)
 
     @classmethod
     def from_events(cls, events: list[dict], name: str) -> "Recording":
@@ -67,8 +69,10 @@ class Recording:
             raise ConfigError(f"{name} holds no run_start event: it is not a miniagi trace")
         agent_calls: dict[int, Response] = {}  # a step cut off and taken again keeps its last reply
         others: dict[str, list[Response]] = {}
-        observations, commands, status = {}, {}, None
+        observations, commands, status, mcp_calls = {}, {}, None, []
         for event in typed:
+            if isinstance(event, ev.McpCall):
+                mcp_calls.append(event.to_json())
             if isinstance(event, ev.ModelCall) and event.role == "agent":
                 agent_calls[event.step] = Response.of(event)
             elif isinstance(event, ev.ModelCall):
@@ -83,7 +87,8 @@ class Recording:
                 status = event.status
         return cls(run_id=start.run_id or name, objective=start.objective, settings=start.settings or {},
                    responses={"agent": [agent_calls[step] for step in sorted(agent_calls)], **others},
-                   observations=observations, commands=commands, status=status)
+                   observations=observations, commands=commands, status=status,
+                   mcp_tools=list(start.extra.get("mcp_tools") or []), mcp_calls=mcp_calls)
 
 
 def load_recording(source: str, store: RunStore) -> Recording:
@@ -168,8 +173,15 @@ def replay(source: str, settings: Settings, overrides: dict, ui=None) -> ReplayR
     elif ui is not None and runs_code:
         ui.warn(f"commands run in {replay_settings.workdir_path}")
     model = ReplayModel(recording.responses)
-    result = Agent(replay_settings, model=model, ui=ui, offline=True).run(recording.objective,
-                                                                          origin={"replay_of": recording.run_id})
+    # no MCP server is started: each tool call gets the result the recording holds for it
+    from .mcp_tools import RecordedMcp
+
+    agent = Agent(replay_settings, model=model, ui=ui, offline=True,
+                  mcp=RecordedMcp(recording.mcp_tools, recording.mcp_calls))
+    try:
+        result = agent.run(recording.objective, origin={"replay_of": recording.run_id})
+    finally:
+        agent.close()
     replayed = Recording.from_events(list(store.open(result.run_id).events()), result.run_id)
     differing, first = compare(recording, replayed)
     return ReplayReport(original=recording.run_id, replay_run=result.run_id, status=result.status,

@@ -24,22 +24,24 @@ def print_runs(store: RunStore, status: str | None = None, as_json: bool = False
         console.print(f"no runs{f' with status {status}' if status else ''} under {store.root}")
         return
     if not console.is_terminal:  # a pipe or a file: one whole line per run, tab-separated, for grep and cut
-        print("id\tstarted\tstatus\tsteps\tcost\tcached\tobjective")
+        print("id\tstarted\tstatus\ttook\tsteps\tcost\tcached\tfolder\tobjective")
         for result in results:
             print(visible("\t".join([str(result.get("run_id", "?")), started(result), str(result.get("status", "?")),
-                                     str(result.get("steps", 0)), f"${result.get('cost_usd', 0):.4f}",
-                                     cache_rate(result), objective_of(result)])))
+                                     took(result), str(result.get("steps", 0)), f"${result.get('cost_usd', 0):.4f}",
+                                     cache_rate(result), folder(result), objective_of(result)])))
         return
     table = Table(box=None, header_style="bold")
-    for column, justify in (("id", "left"), ("started", "left"), ("status", "left"), ("steps", "right"),
-                            ("cost", "right"), ("cached", "right"), ("objective", "left")):
-        table.add_column(column, justify=justify, no_wrap=column != "objective", overflow="ellipsis")
+    for column, justify in (("id", "left"), ("started", "left"), ("status", "left"), ("took", "right"),
+                            ("steps", "right"), ("cost", "right"), ("cached", "right"), ("folder", "left"),
+                            ("objective", "left")):
+        table.add_column(column, justify=justify, no_wrap=column not in ("objective", "folder"),
+                         overflow="ellipsis", max_width=30 if column == "folder" else None)
     for result in results:
         state = result.get("status", "?")
         table.add_row(Text(visible(result.get("run_id", "?"))), started(result),
-                      Text(visible(state), style=STATUS_STYLES.get(state, "red")),
+                      Text(visible(state), style=STATUS_STYLES.get(state, "red")), took(result),
                       str(result.get("steps", 0)), f"${result.get('cost_usd', 0):.4f}", cache_rate(result),
-                      Text(visible(objective_of(result)[:200])))
+                      Text(visible(folder(result))), Text(visible(objective_of(result)[:200])))
     console.print(table)
 
 
@@ -64,6 +66,9 @@ def print_run(record: RunRecord, raw: bool = False, as_json: bool = False) -> No
             say(f"run {record.run_id}" + (f" · a replay of run {event.extra['replay_of']}: no model calls"
                                           if event.extra.get("replay_of") else ""), "bold")
             say(f"objective: {event.objective}", "cyan")
+            if result:
+                say(f"folder: {folder(result)} · started {started(result)} · "
+                    f"{'running for' if result.get('status') == 'running' else 'took'} {took(result)}", "dim")
         elif isinstance(event, ev.Resume):
             say(f"— resumed at {event.time} —", "bold yellow")
         elif isinstance(event, ev.ModelCall):
@@ -133,6 +138,33 @@ def started(result: dict) -> str:
         return moment.astimezone().strftime("%Y-%m-%d %H:%M")
     except ValueError:
         return "?"
+
+
+def took(result: dict) -> str:
+    """How long a run took, start to end (a running one: so far), as "42 s", "3 m 05 s", "1 h 02 m"."""
+    from datetime import datetime, timezone
+
+    try:
+        start = datetime.fromisoformat(str(result.get("started_at")).replace("Z", "+00:00"))
+        end = (datetime.fromisoformat(str(result["ended_at"]).replace("Z", "+00:00")) if result.get("ended_at")
+               else datetime.now(timezone.utc))
+        seconds = max(0, round((end - start).total_seconds()))
+    except (ValueError, TypeError):
+        return "?"
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} m {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} m"
+
+
+def folder(result: dict) -> str:
+    """The work directory a run worked in, the home shown as ~."""
+    import os
+
+    path = str(result.get("workdir") or "?")
+    home = os.path.expanduser("~")
+    return "~" + path[len(home):] if home != "/" and (path == home or path.startswith(home + os.sep)) else path
 
 
 def cache_rate(result: dict) -> str:

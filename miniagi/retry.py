@@ -1,9 +1,10 @@
 """One small retry policy, shared by the model client and web search: how many tries, and how long to wait before
 the next — the server's Retry-After when it gives one (capped), else exponential backoff with jitter.
 
-The openai client's own retries are not used: they cannot show each wait to the person (a 10 s Retry-After looks
-like a hang), cannot retry a 200 whose body is not a completion (a proxy's HTML page), and count a silent endpoint
-(--request-timeout per try) like any other failure, where we allow it fewer tries.
+The openai SDK is the model client, with its own retries off (`max_retries=0`, sdk_client.py): they cannot show
+each wait to the person (a 10 s Retry-After looks like a hang), cannot retry a 200 whose body is not a completion (a
+proxy's HTML page), and count a silent endpoint (--request-timeout per try) like any other failure, where we allow it
+fewer tries.
 """
 
 from __future__ import annotations

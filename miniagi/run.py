@@ -1,6 +1,6 @@
 """One run of an objective — the loop:
 
-    until stopped:  check the limits → think → act → observe → critique
+    until stopped:  check the limits → think → act → review a final answer → observe → critique
 
 Every change to the run is an event, emitted: appended to the trace, applied to the state (`RunState.apply`) and
 shown in the terminal. Stopping is an exception (stops.py) mapped to the run's status and exit code in one place.
@@ -9,32 +9,32 @@ shown in the terminal. Stopping is an exception (stops.py) mapped to the run's s
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import threading
 import traceback
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from dataclasses import asdict, dataclass, field, replace
 
 from memory.run_memory import RunMemory
 
 from . import critic
 from . import events as ev
 from .commands import COMMANDS, Outcome, code_commands
-from .config import ConfigError
+from .config import OPTIONS_BY_NAME, ConfigError
 from .execution import cap_text
 from .loops import STOP_AFTER, WARN_AFTER
 from .model import Completion, ModelError, ModelUnavailable
 from .protocols import Decision, MalformedReply, one_command_line
 from .runs import RunRecord, now_iso, process_identity
 from .redaction import redact_data
+from .services import Services
 from .state import RunState
+from .trust import resume_flags
 from .ui import plural
 from .stops import EXIT_CODES, Ending, LimitReached, Stop, Stuck, Submitted, TooManyFormatErrors, ending_for
+from .websearch import SearchResult
 from .workspace import RunWorkspace
-
-if TYPE_CHECKING:
-    from .agent import Agent
 
 MAX_FORMAT_ERRORS = 3  # malformed replies in a row before the run is given up
 CUT_OFF = ("it was cut off: it reached the length limit before it ended, so nothing in it was run. Send a shorter "
@@ -54,26 +54,30 @@ class RunResult:
 
 
 class Run:
-    def __init__(self, agent: "Agent", record: RunRecord, state: RunState, *, resumed: bool = False,
-                 workspace: RunWorkspace | None = None):
-        self.agent, self.settings, self.ui = agent, agent.settings, agent.ui
+    def __init__(self, services: Services, record: RunRecord, state: RunState, *, resumed: bool = False,
+                 workspace: RunWorkspace | None = None, keep_workspace: bool = False):
+        self.services, self.settings, self.ui = services, services.settings, services.ui
         self.record, self.state, self.resumed = record, state, resumed
-        self.memory = RunMemory(builder=agent.contexts, summarizer_counter=agent.summarizer_counter,
-                                ask_summarizer=self.summarize, store=agent.vectors, scope=self.settings.memory_scope,
-                                run_id=record.run_id, objective=state.objective,
+        self.memory = RunMemory(builder=services.contexts, summarizer_counter=services.summarizer_counter,
+                                ask_summarizer=self.summarize, store=services.vectors, scope=self.settings.memory_scope,
+                                run_id=record.run_id, state=state,
                                 workdir=str(self.settings.workdir_path), code_commands=code_commands())
-        self.memory.summary = state.summary
         self.memory.notify = self.ui.progress  # the loop waits for a summary before steps leave the view
-        # a chat hands each run the workspace of the one before (its Python session goes on); its owner closes it
-        self.owns_workspace = workspace is None
-        self.workspace = workspace or RunWorkspace(self.settings, ui=agent.ui, environ=agent.environ,
-                                                   memory=self.memory, budget=agent.budget,
-                                                   search_backend=agent.search_backend, summarize=self.summarize,
-                                                   counter=agent.summarizer_counter)
-        self.workspace.memory, self.workspace.summarize = self.memory, self.summarize
-        self.workspace.offline = agent.offline
-        self.workspace.step = lambda: self.state.step
-        self.workspace.tool_handler = self.call_tool
+        # a chat hands each run the workspace of the one before (its Python session goes on) and keeps the one its
+        # first run makes (keep_workspace): the run closes only a workspace it made and was not asked to keep
+        self.owns_workspace = workspace is None and not keep_workspace
+        if workspace is None and services.mcp is not None:  # servers a run before stopped (the Python API's)
+            services.mcp.start()
+        self.workspace = workspace or RunWorkspace(self.settings, ui=services.ui, environ=services.environ,
+                                                   budget=services.budget, search_backend=services.search_backend,
+                                                   counter=services.summarizer_counter, offline=services.offline)
+        self.workspace.attach(memory=self.memory, summarize=self.summarize, step=lambda: self.state.step,
+                              tool_handler=self.call_tool)
+        if services.mcp is not None:  # the servers stop with the workspace (a chat's, at its end)
+            self.workspace.mcp, services.mcp.record = services.mcp, self.record_mcp_call
+        if state.last_search and not self.workspace.last_search:  # resumed: a result's number still names its URL
+            self.workspace.last_search = [SearchResult(**result) for result in state.last_search]
+        self.recorded_search = self.workspace.last_search
         self.nested = Outcome()  # notes and memories of the commands code called during this step
         self.alerts: list[str] = []  # for the next prompt only: loop warnings, the note that the run was resumed
         self.isolation: str | None = None  # the sandbox executed code runs in (bwrap, namespace, none)
@@ -102,23 +106,16 @@ class Run:
 
     # --- the loop ------------------------------------------------------------------------------------------------
     def drive(self) -> RunResult:
+        """Steps until the run stops (a stop is an exception), then `finish`."""
         state, record = self.state, self.record
-        self.memory.background = state.background  # known once the start (or the trace) is read
         self.ui.run_started(record.run_id, state.objective, self.settings.model,
-                            state.step if self.resumed else None, follows=state.follows)
+                            state.step if self.resumed else None, follows=state.follows,
+                            sandbox=f"{self.workspace.execution.kind}, network "
+                                    f"{'off' if self.settings.no_network else 'on'}")
         restore_sigterm = _raise_on_sigterm()
         answer, interrupted = None, False
         try:
-            self.report_isolation()
-            self.save("running")
-            # the objective is stored once the first request has been answered: a run that a configuration error
-            # ends there is discarded, and leaves no memory behind
-            objective = [] if self.resumed else [self.memory.item("objective", state.objective)]
-            if not self.resumed:
-                self.recall_first = self.store_might_hold()  # asked before this run stores anything
-            if self.recall_first and self.memory.store is not None:  # recall needs chromadb and the embedder: they
-                # load in a thread while the first prompt is measured (tiktoken loads meanwhile)
-                threading.Thread(target=self.memory.store.warm, name="memory-warm", daemon=True).start()
+            objective = self.begin()
             while True:
                 self.check_limits()
                 action = self.think()
@@ -126,15 +123,19 @@ class Run:
                     self.remember(*objective)
                     objective = []
                 if action is not None:  # None: a malformed reply, recorded and sent back
-                    self.observe(action, self.act(action))
+                    outcome = self.act(action)
+                    if outcome.answer is not None:  # accepted, it ends the run (Submitted); rejected, it is sent back
+                        outcome = replace(outcome, observation=self.final_review(outcome.answer), answer=None)
+                    self.observe(action, outcome)
                     self.critique()
                 self.save("running")
         except Submitted as submitted:
-            answer, ending = self.agent.redact(submitted.answer), Ending("done", "", EXIT_CODES["done"])
+            answer, ending = self.services.redact(submitted.answer), Ending("done", "", EXIT_CODES["done"])
             self.remember(self.memory.item("answer", f"Objective: {state.objective}\nFinal answer: "
                                                      f"{submitted.answer}", state.step))
         except (Exception, KeyboardInterrupt) as exc:
-            ending = ending_for(exc, record.run_id, first_call_made=self.resumed or state.llm_calls > 0)
+            ending = ending_for(exc, record.run_id, first_call_made=self.resumed or state.llm_calls > 0,
+                                resume=self.resume_command())
             interrupted = isinstance(exc, KeyboardInterrupt)
             if ending.internal:
                 self.emit_quietly(ev.Error(step=state.step, traceback=traceback.format_exc()))
@@ -146,9 +147,29 @@ class Run:
             if self.owns_workspace:
                 self.workspace.close()
             self.flush_memory()
-            for path in self.agent.dotenv.changed():
+            for path in self.services.dotenv.changed():
                 self.ui.warn(f"{path} changed during this run: settings in it that reach the network, widen what code "
                              "may do or raise a limit will not be used until you confirm them")
+        return self.finish(ending, answer)
+
+    def begin(self) -> list:
+        """Before the first step: the sandbox said, the run marked running, the vector store warmed when this run
+        will recall. Returns the objective's memory item, stored once the first request has been answered (a run
+        that a configuration error ends there is discarded, and leaves no memory behind)."""
+        state = self.state
+        self.report_isolation()
+        self.save("running")
+        objective = [] if self.resumed else [self.memory.item("objective", state.objective)]
+        if not self.resumed:
+            self.recall_first = self.store_might_hold()  # asked before this run stores anything
+        if self.recall_first and self.memory.store is not None:  # recall needs chromadb and the embedder: they
+            # load in a thread while the first prompt is measured (tiktoken loads meanwhile)
+            threading.Thread(target=self.memory.store.warm, name="memory-warm", daemon=True).start()
+        return objective
+
+    def finish(self, ending: Ending, answer: str | None) -> RunResult:
+        """The run's end recorded (or, for a configuration error before the first answer, the run discarded)."""
+        state, record = self.state, self.record
         if ending.discard:
             record.close()
             shutil.rmtree(record.dir, ignore_errors=True)
@@ -168,15 +189,21 @@ class Run:
         state, settings = self.state, self.settings
         if state.step >= settings.max_steps:
             raise LimitReached(f"step limit reached ({plural(settings.max_steps, 'step')}). Continue with "
-                               f"`miniagi resume {self.record.run_id} --max-steps {settings.max_steps * 2}`")
+                               f"`{self.resume_command(max_steps=settings.max_steps * 2)}`")
         self.check_calls()
         self.check_cost()
+
+    def resume_command(self, **raised) -> str:
+        """The exact `miniagi resume` that goes on with this run as it ran (-y and the like included), with the
+        limits `raised` (name → new value)."""
+        extra = "".join(f" {OPTIONS_BY_NAME[name].flag} {value:g}" for name, value in raised.items())
+        return f"miniagi resume {self.record.run_id}{resume_flags(self.settings, leave=tuple(raised))}{extra}"
 
     def check_calls(self) -> None:
         limit = self.settings.max_calls
         if self.state.llm_calls >= limit:
             raise LimitReached(f"model call limit reached ({limit} calls). Continue with "
-                               f"`miniagi resume {self.record.run_id} --max-calls {limit * 2}`")
+                               f"`{self.resume_command(max_calls=limit * 2)}`")
 
     def affordable(self, next_call: float = 0.0) -> bool:
         """Whether a call that costs at most `next_call` stays within the cost limit."""
@@ -192,8 +219,8 @@ class Run:
         reason = (f"cost limit reached ({spent})" if state.cost_usd >= limit else
                   f"cost limit: the next model call could cost up to ${next_call:.4f} (its prompt and a full reply), "
                   f"past the limit ({spent}; a lower --max-reply-tokens lowers that bound)")
-        raise LimitReached(f"{reason}. Continue with `miniagi resume {self.record.run_id} --max-cost "
-                           f"{max(limit * 2, round(state.cost_usd + 2 * next_call, 4)):g}`")
+        raised = max(limit * 2, round(state.cost_usd + 2 * next_call, 4))
+        raise LimitReached(f"{reason}. Continue with `{self.resume_command(max_cost=raised)}`")
 
     def think(self) -> Decision | None:
         """The model's next action (emitted), or None when its reply could not be used (the error is emitted)."""
@@ -201,7 +228,7 @@ class Run:
         messages = self.context(number)
         with self.ui.thinking(number):
             completion = self.ask("agent", messages, number)
-        protocol = self.agent.protocol
+        protocol = self.services.protocol
         try:
             if completion.finish_reason == "length":
                 raise MalformedReply(CUT_OFF, completion.text, protocol.how)
@@ -213,7 +240,8 @@ class Run:
                 raise TooManyFormatErrors(f"the model broke the reply format {MAX_FORMAT_ERRORS} times in a row "
                                           f"(last problem: {error.problem})") from None
             return None
-        self.emit(ev.Action(step=number, thought=action.thought, command=action.command, arg=action.arg))
+        self.emit(ev.Action(step=number, thought=action.thought, command=action.command, arg=action.arg,
+                            args=action.call))
         self.memory.prefetch(action.thought, action.command, action.arg)  # the next recall, while the command runs
         return action
 
@@ -224,14 +252,15 @@ class Run:
 
     def context(self, number: int) -> list[dict]:
         state = self.state
-        advice = critic.advice(state.criticism, self.agent.counter, self.agent.budget.alerts) if state.criticism else ""
+        advice = (critic.advice(state.criticism, self.services.counter, self.services.budget.alerts)
+                  if state.criticism else "")
         # a new run's first step recalls only when the store held something for it: else the first request need
         # not wait for chromadb and the embedder to load (the store opens in the background meanwhile)
         skip_recall, store = number == 1 and not self.recall_first, self.memory.store
         if skip_recall:
             self.memory.store = None
         try:
-            context, folded = self.memory.context(system=self.agent.system, steps=state.steps, next_step=number,
+            context, folded = self.memory.context(system=self.services.system, steps=state.steps, next_step=number,
                                                   alerts="\n\n".join(self.alerts), advice=advice)
         finally:
             if skip_recall:
@@ -257,7 +286,9 @@ class Run:
         missing = command.missing(action.args)
         if missing:
             return Outcome(f"{command.name} needs {' and '.join(missing)}; nothing was done. "
-                           + self.agent.protocol.usage(command))
+                           + self.services.protocol.usage(command))
+        if command.needs_approval:
+            self.warn_unprotected()
         if command.needs_approval and not self.settings.yes:
             if not self.ui.interactive:
                 return Outcome(f"Not run: {command.name} needs the user's approval, and no user is present. The user "
@@ -293,23 +324,31 @@ class Run:
         self.nested.notes.extend(outcome.notes)
         self.nested.memories.extend(replace(m, key=f"py{calls}-{m.key}") for m in outcome.memories)
         self.nested.hint = _hints(self.nested.hint, outcome.hint)
-        text = self.agent.redact(cap_text(outcome.observation, self.agent.budget.item_chars))
-        return {"result": text, "data": redact_data(self.agent.redact, outcome.data)}
+        text = self.services.redact(cap_text(outcome.observation, self.services.budget.item_chars))
+        return {"result": text, "data": redact_data(self.services.redact, outcome.data)}
+
+    def record_mcp_call(self, command, arguments: dict, result: str, ok: bool, own: bool) -> None:
+        """An MCP tool's result, as the server gave it, in the trace: what `replay` answers the call with."""
+        self.emit(ev.McpCall(step=self.state.step, command=command.name, arguments=arguments, result=result, ok=ok,
+                             own=own))
 
     def observe(self, action: Decision, outcome: Outcome) -> None:
-        """The outcome becomes the step's observation (emitted); its notes and memories are stored. A final answer
-        ends the run here, unless the critic sends it back. Output that imitates the critic's label is fenced."""
+        """The outcome becomes the step's observation (emitted); its notes and memories are stored. Output that
+        imitates the critic's label is fenced."""
         number = self.state.step
         nested, self.nested = self.nested, Outcome()
         outcome = Outcome(outcome.observation, outcome.notes + nested.notes, outcome.memories + nested.memories,
                           outcome.answer, hint=_hints(outcome.hint, nested.hint))
-        observation = outcome.observation if outcome.answer is None else self.final_review(outcome.answer)
-        observation = cap_text(observation, self.agent.budget.item_chars)
+        observation = cap_text(outcome.observation, self.services.budget.item_chars)
         observation = critic.guard(f"{observation}\n\n{outcome.hint}" if outcome.hint else observation)
-        observation = self.agent.redact(observation)
-        note = self.agent.redact(action.note)
+        observation = self.services.redact(observation)
+        note = self.services.redact(action.note)
+        search = None
+        if self.workspace.last_search is not self.recorded_search:  # the step searched: recorded for a resume
+            self.recorded_search = self.workspace.last_search
+            search = redact_data(self.services.redact, [asdict(result) for result in self.recorded_search])
         self.emit(ev.Observation(step=number, text=f"{observation}\n\n{note}" if note else observation,
-                                 notes=list(outcome.notes), note=note or None))
+                                 notes=list(outcome.notes), note=note or None, search=search))
         notes = [self.memory.item("note", note, number, suffix=str(i) if i else "")
                  for i, note in enumerate(outcome.notes)]
         self.remember(*self.memory.step_items(self.state.steps[-1]), *notes,
@@ -327,20 +366,20 @@ class Run:
             self.emit(ev.LoopWarning(step=state.step, repeats=state.repeats, text=warning, kind=state.loops.kind))
         if self.settings.critic and (warning or state.step % self.settings.critic_every == 0):
             messages = critic.review_messages(state.objective, state.summary.text, state.steps, warning,
-                                              self.agent.critic_counter, self.agent.budget.context,
+                                              self.services.critic_counter, self.services.budget.context,
                                               previous=state.criticism)
             with self.ui.thinking(state.step):
                 text = self.ask("critic", messages, state.step).text.strip()
             self.emit(ev.CriticReview(step=state.step, text=text, loop=bool(warning)))
 
     def final_review(self, answer: str) -> str:
-        """With the critic on, a final answer is checked before the run ends. Raises Submitted when it is accepted;
-        returns the observation that sends a rejected one back."""
+        """With the critic on, a final answer is checked before the run ends (a step of the loop, after `act`).
+        Raises Submitted when it is accepted; returns the observation that sends a rejected one back."""
         state = self.state
         if not self.settings.critic or state.rejections >= critic.MAX_REJECTIONS:
             raise Submitted(answer)
         messages = critic.final_messages(state.objective, state.summary.text, state.steps, answer,
-                                         self.agent.critic_counter, self.agent.budget.context,
+                                         self.services.critic_counter, self.services.budget.context,
                                          previous=state.criticism)
         with self.ui.thinking(state.step):
             reply = self.ask("critic", messages, state.step).text
@@ -358,13 +397,13 @@ class Run:
         no secret passes into the request; the reply is shown as it streams in. Another thread may ask too (one
         call per role at a time): each call's event is emitted whole."""
         model = self.settings.model_for(role)
-        messages = self.agent.redact.messages(messages)
+        messages = self.services.redact.messages(messages)
         # every reply is capped: it bounds the call's cost, its time (the request deadline) and what is read
         request: dict = {"temperature": self.settings.temperature, "max_tokens": self.settings.max_reply_tokens}
         if role == "agent":  # the reply format adds its own stop sequences, tools or response format
-            request.update(self.agent.protocol.request())
+            request.update(self.services.protocol.request())
         self.check_calls()
-        prices = getattr(self.agent.model, "prices", None)  # a replay has none: it costs nothing
+        prices = getattr(self.services.model, "prices", None)  # a replay has none: it costs nothing
         if prices:  # a bound known by bytes is enough when it is within the limit; else the tokens are counted
             ceiling = prices.ceiling(model, messages, request["max_tokens"], request.get("tools"), exact=False)
             if not self.affordable(ceiling):
@@ -373,8 +412,8 @@ class Run:
         else:
             self.check_cost()
         with self.ui.receiving(role) as on_piece:
-            completion = self.agent.model.complete(messages, model=model, role=role, on_piece=on_piece, **request)
-        saved = self.agent.prices.saved(model, completion.cached_tokens)
+            completion = self.services.model.complete(messages, model=model, role=role, on_piece=on_piece, **request)
+        saved = self.services.prices.saved(model, completion.cached_tokens)
         rate = completion.tokens_per_s
         self.emit(ev.ModelCall(step=step, role=role, model=model, response=completion.text,
                                prompt_tokens=completion.prompt_tokens, completion_tokens=completion.completion_tokens,
@@ -406,21 +445,29 @@ class Run:
         """The run's last memories reach the store (or its journal) before it ends (they are written in the
         background)."""
         try:
-            self.memory.finish(wait=self.agent.wait_for_memory)
+            self.memory.finish(wait=self.services.wait_for_memory)
         except Exception as exc:
             self.ui.warn(f"some memories of this run could not be stored: {type(exc).__name__}: {exc}")
 
     def report_isolation(self) -> None:
-        """Say how executed code is contained, and once per workspace (a chat shares one), what is not."""
+        """Record how executed code is contained; say it in full (the header names the kind) only when it is
+        weaker than a whole bwrap (another kind; as root, code that keeps the host's uid 0; the host's abstract
+        sockets in reach), the work directory is read-only, or with --debug."""
         execution = self.workspace.execution
         self.isolation = execution.kind
         warning = execution.warning()
-        self.ui.progress(f"sandbox: {execution.describe()}")
-        if warning and not execution.warned:
-            execution.warned = True
-            self.ui.warn(f"warning: {warning}")
+        if not execution.whole() or self.settings.debug or not os.access(self.settings.workdir_path, os.W_OK):
+            self.ui.progress(f"sandbox: {execution.describe()}")
         self.emit(ev.Isolation(step=self.state.step, sandbox=execution.kind, isolated=execution.kind != "none",
                                reason=warning))
+
+    def warn_unprotected(self) -> None:
+        """Before the first code runs (once per workspace: a chat shares one), what the sandbox does not protect."""
+        execution = self.workspace.execution
+        warning = "" if execution.warned else execution.warning()
+        if warning:
+            execution.warned = True
+            self.ui.warn(f"warning: {warning}")
 
     def save(self, status: str, message: str = "", exit_code: int | None = None) -> dict:
         result = self.result(status, message, exit_code)

@@ -13,6 +13,7 @@ import os
 import re
 import secrets
 import socket
+import stat
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -22,7 +23,10 @@ from .config import ConfigError
 from .redaction import redact_data
 
 STATUSES = ("done", "limit", "format_error", "stuck", "error", "interrupted", "running")
+RESULT_MAX_BYTES = 16 * 2**20  # a result.json is a few KB: a larger "result" is not one
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")  # what an id (or a prefix of one) may hold: never a path
+WHOLE_RUN_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{6}")  # an id as new_run_id makes it, whole
+NOT_KEPT = "a run refused before its first model reply is not kept: its error said \"was not kept\""
 
 
 def now_iso() -> str:
@@ -35,6 +39,24 @@ def new_run_id() -> str:
     now = time.time()
     return f"{time.strftime('%Y%m%d-%H%M%S', time.localtime(now))}-{int(now % 1 * 1e6) >> 2:05x}" \
            f"{secrets.randbelow(16):x}"
+
+
+def open_regular(path: Path, max_bytes: int | None = None):
+    """A run file for reading (binary): a regular file only, never through a link, never waiting (a FIFO, a device
+    or a link raises OSError at once, as does a file over max_bytes). Code the run executed may have been where
+    these files are; whoever reads them (a command, the UI) must not hang on one or read without end."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    try:
+        info = os.fstat(descriptor)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(f"{path} is not a regular file")
+        if max_bytes is not None and info.st_size > max_bytes:
+            raise OSError(f"{path} is larger than {max_bytes // 2**20} MB")
+        os.set_blocking(descriptor, True)
+        return os.fdopen(descriptor, "rb")
+    except BaseException:
+        os.close(descriptor)
+        raise
 
 
 class RunRecord:
@@ -54,7 +76,9 @@ class RunRecord:
             torn = self.trace_path.exists() and self.trace_path.stat().st_size and not self._ends_with_newline()
             # unbuffered: each event goes to the OS at once (surviving SIGKILL), and a failed write (disk full)
             # leaves nothing behind in a buffer to fail again later
-            self._trace = open(self.trace_path, "ab", buffering=0)
+            descriptor = os.open(self.trace_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+                                 | getattr(os, "O_CLOEXEC", 0), 0o644)  # never through a link
+            self._trace = os.fdopen(descriptor, "ab", buffering=0)
             if torn:  # a line cut off by a crash or a full disk: end it, so the next event stands on its own
                 self._write(b"\n")
         line = json.dumps(redact_data(self.redact, event), ensure_ascii=False, default=str)
@@ -71,17 +95,24 @@ class RunRecord:
             return handle.read(1) == b"\n"
 
     def write_result(self, result: dict) -> None:
+        from .safefs import replace_file
+
         self.dir.mkdir(parents=True, exist_ok=True)
-        partial = self.result_path.with_suffix(".json.tmp")
-        partial.write_text(json.dumps(redact_data(self.redact, result), indent=2, ensure_ascii=False) + "\n",
-                           encoding="utf-8")
-        os.replace(partial, self.result_path)
+        folder = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+        try:  # a fresh temporary file (never through a link), renamed over result.json
+            replace_file(folder, self.result_path.name, (json.dumps(redact_data(self.redact, result), indent=2,
+                                                                    ensure_ascii=False) + "\n").encode("utf-8"))
+        finally:
+            os.close(folder)
 
     def read_result(self) -> dict:
         """result.json; a run still marked running whose process is gone (killed) reads as interrupted."""
         try:
-            result = json.loads(self.result_path.read_text(encoding="utf-8"))
+            with open_regular(self.result_path, RESULT_MAX_BYTES) as handle:
+                result = json.loads(handle.read())
         except (OSError, ValueError):
+            return {}
+        if not isinstance(result, dict):
             return {}
         if result.get("status") == "running" and _process_gone(result):
             result.update(status="interrupted", message=f"its process ({result.get('pid')}) is gone: it was killed "
@@ -91,19 +122,20 @@ class RunRecord:
     def workdir(self) -> str | None:
         """The work directory the run was started in (from its run_start event), or None if not known."""
         try:
-            with self.trace_path.open("rb") as trace:
-                first = json.loads(trace.readline() or b"{}")
+            with open_regular(self.trace_path) as trace:
+                first = json.loads(trace.readline(RESULT_MAX_BYTES) or b"{}")
         except (OSError, ValueError):
             return None
         workdir = (first.get("settings") or {}).get("workdir") if isinstance(first, dict) else None
         return workdir if isinstance(workdir, str) and Path(workdir).is_absolute() else None  # older runs: "."
 
-    def events(self) -> Iterator[dict]:
-        """The trace's events; a line torn by a crash mid-write is skipped."""
-        if not self.trace_path.exists():
+    def events(self, max_bytes: int | None = None) -> Iterator[dict]:
+        """The trace's events; a line torn by a crash mid-write is skipped. A trace that is no regular file (or is
+        over max_bytes) raises OSError."""
+        if not self.trace_path.exists() and not self.trace_path.is_symlink():
             return
-        with open(self.trace_path, encoding="utf-8") as handle:
-            for line in handle:
+        with open_regular(self.trace_path, max_bytes) as handle:
+            for line in handle:  # bytes: split on b"\n" only
                 try:
                     yield json.loads(line)
                 except ValueError:
@@ -174,7 +206,8 @@ class RunStore:
             raise ConfigError(f"{run_id!r} matches {len(matches)} runs ({shown}): give more of the id")
         closest = difflib.get_close_matches(run_id, names, n=3, cutoff=0.5) or names[-3:][::-1]
         hint = f"; the closest: {', '.join(closest)}" if closest else ""
-        raise ConfigError(f"no run {run_id!r} under {self.root}{hint} (see `miniagi runs`)")
+        gone = f"; {NOT_KEPT}" if WHOLE_RUN_ID.fullmatch(run_id) else ""  # a whole id was printed once: say why
+        raise ConfigError(f"no run {run_id!r} under {self.root}{hint} (see `miniagi runs`){gone}")
 
     def results(self, status: str | None = None) -> list[dict]:
         """Every run's result.json, newest first."""

@@ -1,9 +1,9 @@
 """Reading sources for ingest_data and process_data: local files and http(s) URLs, as readable text.
 
 Files: text, Markdown, CSV, JSON, HTML, source code, PDF. URLs: redirects, timeouts, a size cap, the charset from
-the headers or sniffed, the content type from the headers or sniffed. HTML becomes readable text (lxml's parser,
-streamed: bounded in time and depth): scripts, styles, navigation and boilerplate dropped; headings, paragraphs,
-lists and tables kept.
+the headers or sniffed, the content type from the headers or sniffed. HTML becomes Markdown (beautifulsoup4 with
+lxml's parser, after a streamed first pass that bounds its time, size and depth): scripts, styles, navigation and
+boilerplate dropped; headings, paragraphs, lists, tables and links ([text](absolute URL), each once, capped) kept.
 A source that cannot be read raises SourceError with a message meant for the model.
 """
 
@@ -15,6 +15,7 @@ import re
 import stat
 import time
 from dataclasses import dataclass
+from html import escape
 from pathlib import Path
 
 MAX_FILE_BYTES = 50 * 1024 * 1024
@@ -134,7 +135,7 @@ def read_url(url: str, timeout_s: float = URL_TIMEOUT_S * 4) -> Document:
     kind = "html" if mime in ("text/html", "application/xhtml+xml") else "pdf" if mime == "application/pdf" else None
     source = url if final_url == url else f"{url} (redirected to {final_url})"
     document = decode(data, source, kind=kind, charset=charset_match.group(1) if charset_match else None,
-                      type_label=mime or "unknown type")
+                      type_label=mime or "unknown type", base_url=final_url)
     if truncated or slow:
         note = (f"Only the first {MAX_URL_BYTES // 2**20} MB of this page were read." if truncated else
                 f"The server was too slow: only the first {total:,} bytes arrived within {timeout_s:g} s "
@@ -179,14 +180,15 @@ def _fetch(url: str, deadline: float, timeout_s: float, outcome: dict) -> None:
 
 # --- bytes → text -----------------------------------------------------------------------------------------------
 def decode(data: bytes, source: str, *, kind: str | None = None, charset: str | None = None,
-           type_label: str = "") -> Document:
+           type_label: str = "", base_url: str | None = None) -> Document:
+    """A source's bytes as a Document; `base_url`: where a page's relative links point from."""
     if kind == "pdf" or data[:5] == b"%PDF-":
         return Document(source, pdf_text(data, source), kind="pdf")
     if b"\x00" in data[:8192]:
         raise SourceError(f"{source} is binary ({type_label}), not text: it cannot be read as a document")
     text = to_text(data, charset)
     if kind == "html" or (kind is None and re.match(r"\s*(<!doctype html|<html)", text[:1000], re.I)):
-        title, body, note = html_to_text(text)
+        title, body, note = html_to_text(text, base_url=base_url)
         return Document(source, body, title=title, kind="html", note=note)
     return Document(source, text)
 
@@ -233,22 +235,51 @@ def pdf_text(data: bytes, source: str) -> str:
 
 
 MAX_HTML_DEPTH = 512  # elements nested deeper are read as text of the one at this depth
-HTML_TIME_S = 30.0  # the most time turning one page into text may take
-FEED_CHARS = 64 * 1024  # how much HTML the parser gets between two looks at the clock
+HTML_TIME_S = 30.0  # the most time the first pass over one page may take
+FEED_CHARS = 64 * 1024  # how much HTML the first pass gets between two looks at the clock
+MAX_SOUP_ELEMENTS = 100_000  # the most elements beautifulsoup4 builds a tree of (a few seconds)
+MAX_LINKS = 60  # links kept as [text](URL) per page; after that, their text alone
+SKIPPED_TAGS = {"script", "style", "noscript", "template", "svg", "canvas", "iframe", "object", "embed"}
+VOID_TAGS = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
+KEPT_ATTRIBUTES = ("href", "class", "id", "role")
 ROLES_DROPPED = {"navigation", "banner", "contentinfo", "search", "complementary"}
 HEADINGS = {"h1", "h2", "h3", "h4", "h5", "h6"}
 CAPTURED = HEADINGS | {"li", "p", "pre", "table"}  # read whole, as one block
 
 
-def html_to_text(html: str, time_limit_s: float = HTML_TIME_S) -> tuple[str, str, str]:
-    """(title, readable text, note) of an HTML page. The page streams through lxml's parser into `_Readable`: no
-    tree is built and nothing recurses, so time grows with the page's size alone (100,000 nested <div>s take
-    about a second), and a page that still takes too long is cut off at `time_limit_s`. The note says what was
-    cut or flattened."""
+def html_to_text(html: str, time_limit_s: float = HTML_TIME_S, base_url: str | None = None) -> tuple[str, str, str]:
+    """(title, readable text as Markdown, note) of an HTML page.
+
+    Two passes. First the page streams through lxml's parser into `_Bounded`, which writes it out again without
+    scripts and styles and with nothing nested deeper than MAX_HTML_DEPTH (deeper elements are read as the text of
+    the one at that depth): no tree is built, nothing recurses, and the clock is looked at every FEED_CHARS, so
+    100,000 nested <div>s take about a second and no page takes more than `time_limit_s`. Then beautifulsoup4
+    (lxml's parser) reads what is left, at most MAX_SOUP_ELEMENTS, as a tree: boilerplate is dropped, the <main> or
+    <article> with the most text is kept (else the body), links become [text](absolute URL) against `base_url`,
+    and the blocks are written out iteratively (headings, paragraphs, list items, tables, preformatted text). The
+    note says what was cut or flattened."""
+    bounded, notes, flattened = _bounded_html(html, time_limit_s)
+    from bs4 import BeautifulSoup
+
+    soup = BeautifulSoup(bounded, "lxml")
+    title = " ".join(soup.title.get_text().split()) if soup.title else ""
+    for element in soup.find_all(_boilerplate):
+        if not element.decomposed:
+            element.decompose()
+    candidates = soup.find_all(["main", "article"])
+    root = max(candidates, key=lambda tag: len(tag.get_text())) if candidates else soup.body or soup
+    _links_as_markdown(root, base_url)
+    if flattened:
+        notes.append(f"Elements nested deeper than {MAX_HTML_DEPTH} levels were read as plain text.")
+    return title, _markdown(root), " ".join(notes)
+
+
+def _bounded_html(html: str, time_limit_s: float) -> tuple[str, list[str], bool]:
+    """The page written out again by the first pass; the notes on what was cut; whether anything was flattened."""
     from lxml import etree
 
-    reader = _Readable()
-    parser = etree.HTMLParser(target=reader, huge_tree=True)
+    writer = _Bounded()
+    parser = etree.HTMLParser(target=writer, huge_tree=True)
     deadline = time.monotonic() + time_limit_s
     notes = []
     for offset in range(0, len(html), FEED_CHARS):
@@ -256,181 +287,178 @@ def html_to_text(html: str, time_limit_s: float = HTML_TIME_S) -> tuple[str, str
             notes.append(f"Only the first {100 * offset // len(html)}% of this page was read: turning its HTML into "
                          f"text took over {time_limit_s:g} s.")
             break
+        if writer.elements > MAX_SOUP_ELEMENTS:
+            notes.append(f"Only the first {100 * offset // len(html)}% of this page was read: it has over "
+                         f"{MAX_SOUP_ELEMENTS:,} elements.")
+            break
         parser.feed(html[offset:offset + FEED_CHARS])
     try:
         parser.close()
     except etree.LxmlError:  # nothing parseable at all (an empty page)
         pass
-    if reader.flattened:
-        notes.append(f"Elements nested deeper than {MAX_HTML_DEPTH} levels were read as plain text.")
-    return reader.title_text(), reader.text(), " ".join(notes)
+    return "".join(writer.out), notes, writer.flattened
 
 
-def _collapse(parts: list[str]) -> str:
-    return " ".join("".join(parts).split())
+class _Bounded:
+    """lxml parser target that writes the page out again as HTML, bounded: scripts, styles and the like left out
+    whole, comments and attributes other than KEPT_ATTRIBUTES dropped, and elements nested deeper than
+    MAX_HTML_DEPTH left out with their text kept (it joins the element at that depth)."""
 
-
-class _Capture:
-    """An element read whole (a heading, list item, paragraph, preformatted text, table, or an inline element
-    outside any of them): its text, and a table's rows of cells. Text arrives in pieces (an entity, a feed's end
-    can split it); a space is put only where an element begins or ends."""
-
-    def __init__(self, tag: str, depth: int):
-        self.tag, self.depth = tag, depth
-        self.parts: list[str] = []
-        self.rows: list[list[list[str]]] = []
-
-    def add(self, text: str) -> None:
-        if self.tag != "table":
-            self.parts.append(text)
-        elif self.rows and self.rows[-1]:  # table text outside a cell is not shown
-            self.rows[-1][-1].append(text)
-
-    def boundary(self) -> None:
-        """An element inside begins or ends: a space (preformatted text is kept as it is)."""
-        if self.tag != "pre":
-            self.add(" ")
-
-    def block(self) -> str:
-        if self.tag in HEADINGS:
-            text = _collapse(self.parts)
-            return "#" * int(self.tag[1]) + " " + text if text else ""
-        if self.tag == "li":
-            return "- " + _collapse(self.parts)
-        if self.tag == "pre":
-            return "".join(self.parts)
-        if self.tag == "table":
-            rows = [[_collapse(cell) for cell in row] for row in self.rows]
-            return "\n".join("| " + " | ".join(cells) + " |" for cells in rows if any(cells))
-        return _collapse(self.parts)
-
-
-class _Readable:
-    """lxml parser target: Markdown-like blocks (headings, paragraphs, list items, tables, preformatted text) as
-    the page streams by. Scripts, styles, navigation and boilerplate are dropped whole; of the <main>/<article>
-    elements, the one with the most text is kept, else the whole body."""
+    SKIPPED, TOO_DEEP = 0, 1  # what an element that was not written is, on the stack of open ones
 
     def __init__(self):
-        self.depth = 0  # elements open, those read as text (too deep) and dropped ones left out
-        self.dropped = 0  # nesting inside a dropped element (0: not inside one)
-        self.too_deep = 0  # nesting beyond MAX_HTML_DEPTH
+        self.out: list[str] = []
+        self.elements = 0  # written
+        self.open: list[str | int] = []  # per element entered: its name when written, else SKIPPED or TOO_DEEP
+        self.depth = 0  # elements written and open
+        self.skipped = 0  # nesting inside a skipped element
         self.flattened = False
-        self.in_title = False
-        self.title: list[str] = []
-        self.blocks: list[str] = []
-        self.loose: list[str] = []  # text of the block being gathered (between block elements)
-        self.capture: _Capture | None = None
-        self.containers: list[list[int]] = []  # <main>/<article>: [first block, end block, characters of text]
-        self.open: list[list[int] | None] = []  # per open element: its container entry, if it is one
 
     def start(self, tag, attrib) -> None:
         tag = tag.lower() if isinstance(tag, str) else ""
-        if tag == "title":
-            self.in_title = True
-        if self.dropped:
-            self.dropped += 1
-        elif self._drops(tag, attrib):
-            self.dropped = 1
+        if self.skipped or tag in SKIPPED_TAGS or not tag:
+            self.skipped += 1
+            self.open.append(self.SKIPPED)
         elif self.depth >= MAX_HTML_DEPTH:
-            self.too_deep += 1
             self.flattened = True
+            self.open.append(self.TOO_DEEP)
         else:
+            kept = "".join(f' {name}="{escape(str(attrib[name]), quote=True)}"' for name in KEPT_ATTRIBUTES
+                           if name in attrib)
+            self.out.append(f"<{tag}{kept}>")
+            self.open.append(tag)
             self.depth += 1
-            self.open.append(self._enter(tag))
+            self.elements += 1
 
     def end(self, tag) -> None:
-        tag = tag.lower() if isinstance(tag, str) else ""
-        if tag == "title":
-            self.in_title = False
-        if self.dropped:
-            self.dropped -= 1
-        elif self.too_deep:
-            self.too_deep -= 1
-        elif self.depth:
+        if not self.open:
+            return
+        name = self.open.pop()
+        if name == self.SKIPPED:
+            self.skipped -= 1
+        elif name != self.TOO_DEEP:
             self.depth -= 1
-            self._leave(tag, self.open.pop())
+            if name not in VOID_TAGS:
+                self.out.append(f"</{name}>")
 
     def data(self, text: str) -> None:
-        if self.in_title:
-            self.title.append(text)
-        if self.dropped:
-            return
-        for container in self.open:
-            if container is not None:
-                container[2] += len(text)
-        if self.capture is not None:
-            self.capture.add(text)
-        else:
-            self.loose.append(text)
+        if not self.skipped:
+            self.out.append(escape(text, quote=False))
 
     def close(self) -> None:
-        while self.open:  # a page cut off at the time limit: close what is open
-            self.depth -= 1
-            self._leave("", self.open.pop())
+        pass
 
-    def _drops(self, tag: str, attrib) -> bool:
-        if tag in DROP_TAGS or attrib.get("role") in ROLES_DROPPED:
-            return True
-        if tag in ("html", "body", "main", "article", "table") or tag in HEADINGS:
-            return False
-        return bool(BOILERPLATE.search(f"{attrib.get('class', '')} {attrib.get('id', '')}"))
 
-    def _enter(self, tag: str) -> list[int] | None:
-        capture = self.capture
-        if capture is not None:
-            if capture.tag == "table" and tag == "tr":
-                capture.rows.append([])
-            elif capture.tag == "table" and tag in ("td", "th") and capture.rows:
-                capture.rows[-1].append([])
-            capture.boundary()
-            return None
-        if tag in CAPTURED:
-            self._flush()
-            self.capture = _Capture(tag, self.depth)
-        elif tag in BLOCK_TAGS or tag in ("ul", "ol", "main", "article"):
-            self._flush()
-            if tag in ("main", "article"):
-                entry = [len(self.blocks), -1, 0]
-                self.containers.append(entry)
-                return entry
-        elif tag == "br":
-            self.loose.append("\n")
-        elif tag != "html":  # an inline element: its text joins the block around it
-            self.capture = _Capture("inline", self.depth)
-        return None
+def _boilerplate(tag) -> bool:
+    """Navigation, banners, sidebars, footers, forms and the like, by their tag, role, class or id."""
+    name = tag.name
+    if name in DROP_TAGS or tag.get("role") in ROLES_DROPPED:
+        return True
+    if name in ("html", "body", "main", "article", "table") or name in HEADINGS:
+        return False
+    classes = tag.get("class") or []
+    return bool(BOILERPLATE.search(f"{' '.join(classes) if isinstance(classes, list) else classes} "
+                                   f"{tag.get('id', '')}"))
 
-    def _leave(self, tag: str, container: list[int] | None) -> None:
-        capture = self.capture
-        if capture is not None:
-            if capture.depth == self.depth + 1:  # the captured element itself ends
-                self.capture = None
-                if capture.tag == "inline":
-                    self.loose.extend((" ", *capture.parts, " "))
-                else:
-                    self.blocks.append(capture.block())
+
+def _links_as_markdown(root, base_url: str | None) -> None:
+    """Each link with text as [text](absolute URL): once per URL, MAX_LINKS in all (the rest read as their text),
+    so a menu that survived the boilerplate cut does not crowd out the page. Anchors on the page itself and
+    javascript: links read as their text."""
+    from urllib.parse import urljoin, urlsplit
+
+    seen: set[str] = set()
+    page = (base_url or "").split("#", 1)[0]
+    for link in root.find_all("a"):
+        text = " ".join(link.get_text(" ").split())
+        href = str(link.get("href") or "").strip()
+        url = urljoin(base_url, href) if base_url and href else href
+        scheme = urlsplit(url).scheme.lower()
+        if (not text or not href or href.startswith("#") or scheme not in ("http", "https", "")
+                or url.split("#", 1)[0] == page or url in seen or len(seen) >= MAX_LINKS):
+            _replace_inline(link, text)
+            continue
+        seen.add(url)
+        _replace_inline(link, f"[{text.replace(']', '')}]({url.replace(' ', '%20').replace(')', '%29')})")
+
+
+def _replace_inline(element, text: str) -> None:
+    """`element` replaced by `text`, joined with the plain text on either side (so that "(<a>x</a>)" reads "(x)")."""
+    from bs4 import NavigableString
+
+    before, after = element.previous_sibling, element.next_sibling
+    if type(before) is NavigableString:
+        text = str(before) + text
+        before.extract()
+    if type(after) is NavigableString:
+        text += str(after)
+        after.extract()
+    element.replace_with(NavigableString(text))
+
+
+def _collapse(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _markdown(root) -> str:
+    """The blocks of `root` as Markdown, walked with a stack of its own (no recursion, whatever the depth)."""
+    from bs4 import NavigableString, Tag
+    from bs4.element import Comment, Declaration, Doctype, ProcessingInstruction
+
+    blocks: list[str] = []
+    loose: list[str] = []
+
+    def flush() -> None:
+        text = _collapse("".join(loose))
+        if text:
+            blocks.append(text)
+        loose.clear()
+
+    stack: list[tuple[object, bool]] = [(root, False)]
+    while stack:
+        node, leaving = stack.pop()
+        if isinstance(node, NavigableString):
+            if not isinstance(node, (Comment, Declaration, Doctype, ProcessingInstruction)):
+                loose.append(str(node))
+            continue
+        if not isinstance(node, Tag):
+            continue
+        name = node.name
+        if leaving:
+            if name in BLOCK_TAGS or name in ("ul", "ol", "main", "article"):
+                flush()
             else:
-                capture.boundary()
-            return
-        if tag in BLOCK_TAGS or tag in ("ul", "ol") or container is not None:
-            self._flush()
-        if container is not None:
-            container[1] = len(self.blocks)
+                loose.append(" ")  # an inline element ends: its text stays apart from what follows
+            continue
+        if name in CAPTURED:
+            flush()
+            blocks.append(_block(node))
+            continue
+        if name == "br":
+            loose.append("\n")
+            continue
+        if name in BLOCK_TAGS or name in ("ul", "ol", "main", "article"):
+            flush()
+        elif node is not root:
+            loose.append(" ")
+        stack.append((node, True))
+        stack.extend((child, False) for child in reversed(node.contents))
+    flush()
+    text = "\n\n".join(block for block in blocks if block.strip())
+    return re.sub(r"\n{3,}", "\n\n", text).strip()
 
-    def _flush(self) -> None:
-        if self.loose:
-            text = _collapse(self.loose)
-            if text:
-                self.blocks.append(text)
-            self.loose.clear()
 
-    def title_text(self) -> str:
-        return " ".join("".join(self.title).split())
-
-    def text(self) -> str:
-        self._flush()
-        blocks = self.blocks
-        if self.containers:
-            first, end, _ = max(self.containers, key=lambda entry: entry[2])
-            blocks = blocks[first:end if end >= 0 else len(blocks)]
-        text = "\n\n".join(block for block in blocks if block.strip())
-        return re.sub(r"\n{3,}", "\n\n", text).strip()
+def _block(tag) -> str:
+    """An element read whole: a heading, a list item, a paragraph, preformatted text or a table."""
+    name = tag.name
+    if name in HEADINGS:
+        text = _collapse(tag.get_text(" "))
+        return "#" * int(name[1]) + " " + text if text else ""
+    if name == "li":
+        return "- " + _collapse(tag.get_text(" "))
+    if name == "pre":
+        return tag.get_text()
+    if name == "table":
+        rows = [[_collapse(cell.get_text(" ")) for cell in row.find_all(["td", "th"])] for row in tag.find_all("tr")]
+        return "\n".join("| " + " | ".join(cells) + " |" for cells in rows if any(cells))
+    return _collapse(tag.get_text(" "))

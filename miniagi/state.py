@@ -14,13 +14,13 @@ from .loops import LoopDetector
 
 LEGACY_NOTE_COMMAND = "memorize_thoughts"  # traces older than Observation.notes: the command's argument was the note
 
-# (number, thought, command, arg, observation, raw_reply, notes) → the step as the context shows it
+# (number, thought, command, arg, observation, raw_reply, notes, args) → the step as the context shows it
 MakeRecord = Callable[..., StepRecord]
 
 
 def plain_record(number: int, thought: str, command: str, arg: str, observation: str, raw_reply: str = "",
-                 notes: tuple = ()) -> StepRecord:
-    return StepRecord(number, thought, command, arg, observation, raw_reply=raw_reply, notes=tuple(notes))
+                 notes: tuple = (), args: dict | None = None) -> StepRecord:
+    return StepRecord(number, thought, command, arg, observation, raw_reply=raw_reply, notes=tuple(notes), args=args)
 
 
 @dataclass
@@ -49,6 +49,7 @@ class RunState:
     criticism: str = ""  # the critic's latest review, shown until the next one replaces it
     rejections: int = 0  # final answers the critic rejected
     pending: ev.Action | None = None  # the action whose observation has not come yet
+    last_search: list = field(default_factory=list)  # the newest web search's results ({title, url, snippet})
     make_record: MakeRecord = field(default=plain_record, repr=False, compare=False)
 
     @property
@@ -100,9 +101,11 @@ class RunState:
         notes = event.notes if event.notes is not None else (
             [action.arg] if action.command == LEGACY_NOTE_COMMAND else [])
         record = self.make_record(action.step, action.thought, action.command, action.arg, event.text,
-                                  notes=tuple(notes))
+                                  notes=tuple(notes), args=action.args)
         self.steps.append(record)
         self.notes.extend(notes)
+        if event.search is not None:
+            self.last_search = event.search
         self.format_errors_in_a_row = 0
         self.repeats = self.loops.observe(action.command, action.arg, event.output)  # the command's own output
         self.pending = None

@@ -52,24 +52,26 @@ class Ending:
     internal: bool = False  # a bug of ours: the traceback goes to the trace
 
 
-def ending_for(exc: BaseException, run_id: str, *, first_call_made: bool) -> Ending:
-    """What a run that stopped with `exc` tells the user."""
-    resume = f"`miniagi resume {run_id}` continues it"
+def ending_for(exc: BaseException, run_id: str, *, first_call_made: bool, resume: str = "") -> Ending:
+    """What a run that stopped with `exc` tells the user; `resume`: the exact command that continues it."""
+    command = resume or f"miniagi resume {run_id}"
+    resume = f"`{command}` continues it"
     if isinstance(exc, Stop):
         return Ending(exc.status, str(exc), exc.exit_code)
     if isinstance(exc, ModelError) and not first_call_made:  # the request itself is refused: resuming would too
-        return Ending("error", f"{exc} (refused at the first request: no run was kept)", 2, discard=True)
+        return Ending("error", f"{exc} (refused at the first request: run {run_id} was not kept)", 2, discard=True)
     if isinstance(exc, (ModelUnavailable, ModelError)):  # the endpoint down, hung, or refusing the request
         return Ending("error", f"{exc}. The run is saved: {resume}.", 2)
     if isinstance(exc, ConfigError):  # the endpoint refused us (bad key, unknown model)
-        return Ending("error", str(exc), 2, discard=not first_call_made)
+        kept = "" if first_call_made else f" (nothing was done: run {run_id} was not kept)"
+        return Ending("error", f"{exc}{kept}", 2, discard=not first_call_made)
     if isinstance(exc, KeyboardInterrupt):
-        return Ending("interrupted", f"interrupted; `miniagi resume {run_id}` continues the run",
+        return Ending("interrupted", f"interrupted; `{command}` continues the run",
                       EXIT_CODES["interrupted"])
     if isinstance(exc, ContextOverflow):  # the fixed parts of the prompt grew past the budget mid-run
         return Ending("error", f"{exc}. The run is saved: {resume} (give a larger --max-context-tokens).", 1)
     if isinstance(exc, OSError):  # most likely the disk: full, or a file size limit
         return Ending("error", f"cannot write the run's files ({exc.strerror or exc}). Nothing completed is lost: free "
-                               f"some space, then `miniagi resume {run_id}` continues from the last completed step.", 1)
+                               f"some space, then `{command}` continues from the last completed step.", 1)
     return Ending("error", f"internal error: {type(exc).__name__}: {exc}. The run is saved: {resume}.", 1,
                   internal=True)

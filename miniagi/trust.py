@@ -1,12 +1,13 @@
 """What a run can write is not trusted later without the user's say: the `.env` files miniagi reads, and a run's
 trace (resume, replay). See docs/security.md.
 
-- `.env` is read once, at start-up (config.read_dotenv). The settings in it that choose where data goes, widen what
-  executed code sees or may do, lift approval or raise a limit (`SENSITIVE`) are remembered per file, as a hash of
-  each value, in `$MINIAGI_HOME/trusted-env.json`. When one of them is new or changed since miniagi last used that
-  file, the person at the terminal is asked; with no one to ask, the run is refused (exit 2). A file miniagi has
-  never used (nor run code beside) is trusted as it is, and remembered. A `.env` changed during a run is reported
-  at its end.
+- `.env` is read once, at start-up (config.read_dotenv), without expanding ${VAR} from the environment. Every
+  setting in it but a few harmless ones (`HARMLESS`: which model is asked and how) is remembered per file, as a hash
+  of each value, in `~/.miniagi/trusted-env.json` (whatever --home says: another home cannot sidestep it; the
+  run's own home keeps a copy). When one of them is new or changed since miniagi last used that file, or a linked
+  `.env` points elsewhere, the person at the terminal is asked; with no one to ask, the run is refused (exit 2). A
+  file miniagi has never used (nor run code beside) is trusted as it is, and remembered: a `.env` that appears
+  where a run worked was remembered as absent. A `.env` changed during a run is reported at its end.
 - A trace's settings are the run's own record, and code that the run executed could rewrite them. `resume` and
   `replay` take the widening settings from the user's current settings, never from the trace, and a limit only as
   low as the trace has it; every difference is said.
@@ -25,12 +26,19 @@ from .config import OPTIONS_BY_NAME, ConfigError, Settings, _from_layer, read_do
 
 ENDPOINT_NAMES = ("OPENAI_BASE_URL", "OPENAI_API_BASE", "OPENAI_API_KEY")  # where requests go, with which key
 # where data goes, what executed code sees or may reach, whether a person approves, where runs are kept
+# (mcp_config: the servers it names are programs run outside the sandbox)
 WIDENING = tuple(name for name in ("pass_env", "memory_url", "embedding_model", "prices", "yes", "home", "sandbox",
-                                   "sandbox_allow", "no_network") if name in {f.name for f in fields(Settings)})
+                                   "sandbox_allow", "no_network", "mcp_config")
+                 if name in {f.name for f in fields(Settings)})
 LIMITS = ("max_cost", "max_calls", "exec_timeout", "exec_memory", "exec_disk")  # 0 means no limit (max_cost)
 SANDBOX_STRENGTH = {"none": 0, "namespace": 1, "bwrap": 2, "auto": 2}  # auto: the strongest that works
-SENSITIVE = WIDENING + LIMITS
+# what a .env may set without the user's yes: which model is asked, and how — all of it at the endpoint and within
+# the limits the user has (max_cost, max_calls, max_steps need a yes). Nothing here chooses where data or files go,
+# what code sees or may do, what is kept, or how long or how much a run may go on.
+HARMLESS = ("model", "summarizer_model", "critic_model", "protocol", "temperature", "critic", "critic_every")
+SENSITIVE = tuple(name for name in OPTIONS_BY_NAME if name not in HARMLESS)
 TRUST_FILE = "trusted-env.json"
+TARGET = "(target)"  # in a file's record: the hash of the file a linked .env pointed to
 
 
 def _digest(value: str) -> str:
@@ -72,16 +80,25 @@ class DotenvGuard:
 
     def check(self, ui) -> None:
         used = sensitive_values(read_dotenv(), self.environ, self.settings)
-        # the record is kept where this .env cannot move it: its own MINIAGI_HOME is not where its trust is found
+        # the record is kept where neither this .env nor --home can move it: in the default home (~/.miniagi), and
+        # a copy in the run's home; a file either knows is judged against what it knew
         moved_home = any(name in used for name in OPTIONS_BY_NAME["home"].env_names)
-        home = Path(Settings.home).expanduser() if moved_home else self.settings.home_path
-        record_path = home / TRUST_FILE
-        record = _load(record_path)
+        record_paths = [Path(Settings.home).expanduser() / TRUST_FILE]
+        if not moved_home and self.settings.home_path / TRUST_FILE not in record_paths:
+            record_paths.append(self.settings.home_path / TRUST_FILE)
+        records = [_load(path) for path in record_paths]
+        record = {**records[-1], **records[0]}  # the default home's entries first
         known = record.get(str(self.path))
+        target = os.path.realpath(self.path) if self.path.is_symlink() else None
+        if target is not None:  # a linked .env is judged by what it points to, and remembered with it
+            used = {**used, TARGET: target}
+        elif known is not None and TARGET in known:
+            used = {**used, TARGET: "(not a link)"}
         changed = sorted(name for name, value in used.items()
                          if known is not None and known.get(name) != _digest(value))
         if changed:
-            shown = ", ".join(f"{name}={_shown(name, used[name])}" for name in changed)
+            shown = ", ".join(f"{name}={_shown(name, used[name])}" if name != TARGET else f"a link to {used[name]}"
+                              for name in changed)
             what = (f"{self.path} sets {shown}: new or changed since miniagi last used this file, and code that a "
                     "run executes can write it")
             if not getattr(ui, "interactive", False):
@@ -96,12 +113,20 @@ class DotenvGuard:
             from dotenv import dotenv_values
 
             try:
-                values = dotenv_values(workdir_env, encoding="utf-8") if os.path.isfile(workdir_env) else {}
+                values = (dotenv_values(workdir_env, encoding="utf-8", interpolate=False)
+                          if os.path.isfile(workdir_env) else {})
             except (OSError, UnicodeDecodeError):
                 values = {}
             record[workdir_env] = {name: _digest(value) for name, value in values.items()
                                    if value and (name in ENDPOINT_NAMES or _sensitive_name(name))}
-        _save(record_path, record)
+        problems = []
+        for path in reversed(record_paths):  # the run's home first: a home that cannot be written is said as before
+            try:
+                _save(path, record)
+            except OSError as exc:
+                problems.append(exc)
+        if len(problems) == len(record_paths):
+            raise problems[0]
 
     def changed(self) -> list[Path]:
         """The watched .env files whose bytes changed since the last look (each change is reported once)."""
@@ -135,10 +160,14 @@ def _load(path: Path) -> dict:
 
 
 def _save(path: Path, record: dict) -> None:
+    from .safefs import replace_file
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.{os.getpid()}")
-    partial.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(partial, path)
+    folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        replace_file(folder, path.name, (json.dumps(record, indent=1, sort_keys=True) + "\n").encode(), 0o600)
+    finally:
+        os.close(folder)
 
 
 def narrowed(recorded: Settings, current: Settings) -> tuple[Settings, dict[str, str]]:
@@ -171,3 +200,26 @@ def _setting(name: str, value) -> str:
     if isinstance(value, (tuple, list)):
         return ",".join(value) or "none"
     return "none" if value is None else str(value)
+
+
+def resume_flags(settings: Settings, *, leave: tuple[str, ...] = ()) -> str:
+    """The options a `miniagi resume` of a run needs to go on as it ran (the trace does not widen or loosen what the
+    user gives then): the widening settings and the limits it had that are not the defaults, e.g. " -y --pass-env
+    HF_TOKEN". `leave`: settings the caller gives itself (the limit to raise)."""
+    import shlex
+
+    default = Settings()
+    flags = []
+    for name in sorted(WIDENING + LIMITS, key=lambda name: name != "yes"):  # -y first: the one most often needed
+        value = getattr(settings, name)
+        if name in leave or name == "no_network" or value == getattr(default, name) \
+                or (name == "home" and value == os.environ.get("MINIAGI_HOME")):  # found without the flag
+            continue
+        option = OPTIONS_BY_NAME[name]
+        flag = option.short or option.flag
+        if isinstance(value, bool):
+            flags.append(flag if value else f"--no-{name.replace('_', '-')}")
+        else:
+            values = value if isinstance(value, (tuple, list)) else [value]
+            flags += [f"{flag} {shlex.quote(f'{v:g}' if isinstance(v, float) else str(v))}" for v in values]
+    return "".join(f" {flag}" for flag in flags)

@@ -5,17 +5,20 @@ stdout is kept for the final answer alone, so `miniagi "…" > answer.txt` works
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import re
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
-from rich.console import Console
+from rich.console import Console, Group
+from rich.live import Live
 from rich.markup import escape
 from rich.panel import Panel
+from rich.spinner import Spinner
 from rich.syntax import Syntax
 from rich.text import Text
 
@@ -23,6 +26,10 @@ from . import events as ev
 
 ARG_PREVIEW_LINES = 3
 OBSERVATION_PREVIEW_LINES = 6
+LIVE_THOUGHT_LINES = 20  # of a reply streaming in, shown as they come; the rest is counted
+LIVE_ARG_LINES = 12
+LIVE_OUTPUT_LINES = 20  # of what code prints, shown as it prints; past them, its last lines when it ends
+LINE_WIDTH = 160  # a longer line is cut on the screen (the model gets it whole)
 
 # What text from the model or from executed code must not bring to a terminal raw: control characters (escape
 # sequences move the cursor, erase lines, set the title or the clipboard), a carriage return that is not a line
@@ -50,6 +57,10 @@ def visible_json(data) -> str:
         return "".join(f"\\u{int.from_bytes(units[i:i + 2], 'big'):04x}" for i in range(0, len(units), 2))
 
     return UNSAFE.sub(escape, json.dumps(data, ensure_ascii=False, default=str))
+
+
+YES = {"", "y", "yes", "ok", "okay", "sure", "yep", "yeah", "go", "run", "run it", "go ahead"}
+NO = {"n", "no", "nope", "don't", "do not", "skip"}
 
 
 @dataclass(frozen=True)
@@ -96,6 +107,14 @@ class Terminal:
         self.shown_system = ""  # --debug prints the system prompt once
         self.approved: set[str] = set()  # commands shown whole in the approval panel: the step line skips them
         self.streamed_live = threading.local()  # --debug: this thread's last reply was printed as it came
+        self.live_reply = threading.local()  # the LiveReply that showed this thread's last reply as it came
+        self.live_output: list[str] = []  # the lines the last command printed, as shown while it ran
+        self.echo_objective = True  # not in a chat: the person just typed it
+
+    @property
+    def live(self) -> bool:
+        """Whether work is shown as it happens: in a terminal, unless quiet."""
+        return self.console.is_terminal and not self.quiet
 
     def shown(self, text: str) -> str:
         """What a text of the model's or of executed code becomes on the terminal: redacted, made visible."""
@@ -106,45 +125,46 @@ class Terminal:
             self.console.print(markup)
 
     def run_started(self, run_id: str, objective: str, model: str, resumed_at: int | None = None,
-                    follows: str | None = None) -> None:
+                    follows: str | None = None, sandbox: str | None = None) -> None:
         verb = "started" if resumed_at is None else f"resuming at step {resumed_at + 1}"
         continues = f" · continues run {follows}" if follows else ""
-        self.say(f"[bold]run {run_id}[/] {verb}{continues} · model {escape(visible(model))}")
-        self.say(Text(f"objective: {self.shown(objective)}", style="cyan"))
+        contained = f" · sandbox: {sandbox}" if sandbox else ""
+        self.say(f"[bold]run {run_id}[/] {verb}{continues} · model {escape(visible(model))}{contained}")
+        if self.echo_objective:
+            self.say(Text(f"objective: {self.shown(objective)}", style="cyan"))
 
     def thinking(self, step: int):
-        return self.working(f"step {step}: thinking")
+        return self.working(f"step {step}: thinking", step=step)
 
     @contextlib.contextmanager
-    def working(self, what: str):
+    def working(self, what: str, step: int | None = None):
         """A spinner while the model thinks or a command runs (in a terminal): the time elapsed, or, as a reply
-        streams in, its tokens so far and their rate ("step 3: thinking… 212 tokens, 18/s")."""
+        streams in, its tokens so far and their rate ("step 3: thinking… 212 tokens, 18/s"). Above it, what streams
+        in: the reply (`receiving`), the lines code prints (`code_line`), each whole line printed for good, the line
+        still coming shown on the spinner's."""
         if self.quiet or not self.console.is_terminal:
             yield
             return
-        flow = self.flow = Flow(threading.get_ident(), time.monotonic())
-        stop = threading.Event()
-        with self.console.status(f"{what}…", spinner="dots") as status:
-            def tick() -> None:
-                while not stop.wait(0.5):
-                    status.update(f"{what}… {flow}")
-
-            ticker = threading.Thread(target=tick, name="elapsed", daemon=True)
-            ticker.start()
-            try:
+        flow = self.flow = Flow(threading.get_ident(), time.monotonic(), step=step)
+        status = _Status(f"{what}…", flow)
+        try:
+            with Live(status, console=self.console, refresh_per_second=12.5, transient=True):
                 yield
-            finally:
-                stop.set()
-                ticker.join()
-                self.flow = None
+        finally:
+            self.flow = None
+            flow.close(self)
 
     @contextlib.contextmanager
     def receiving(self, role: str):
         """While a reply streams in, yields the function told each piece of it: the spinner of this thread counts
-        them, and with --debug they are printed raw as they come, a line at a time (on the main thread; a reply
-        that arrives on another is printed whole when it ends)."""
+        them, and an agent's reply is shown as it comes (thought, then command and argument); with --debug the
+        pieces are printed raw instead, a line at a time (on the main thread; a reply that arrives on another is
+        printed whole when it ends)."""
         flow = self.flow if self.flow is not None and self.flow.thread == threading.get_ident() else None
         live = self.debug and threading.current_thread() is threading.main_thread()
+        reply = LiveReply(self, flow.step) if flow is not None and role == "agent" and not live else None
+        if flow is not None:
+            flow.reply = reply
         pending: list[str] = []
         printed = False
 
@@ -159,6 +179,8 @@ class Terminal:
             if flow is not None:
                 flow.pieces += 1
                 flow.first = flow.first or time.monotonic()
+            if reply is not None:
+                reply.feed(piece)
             if live:
                 pending.append(piece)
                 if "\n" in piece:
@@ -166,15 +188,41 @@ class Terminal:
                     show(lines)
                     pending[:] = [rest]
 
+        self.live_reply.shown = None
+        interrupted = True
         try:
             yield on_piece
+            interrupted = False
         finally:
             if "".join(pending):
                 show("".join(pending))
             self.streamed_live.shown = printed
+            if reply is not None:
+                reply.finish(interrupted)
+                flow.reply = None
+                self.live_reply.shown = reply if reply.started else None
+
+    def code_line(self, line: str) -> None:
+        """A line executed code printed, shown as it comes (in a terminal, under a command's spinner), the first
+        LIVE_OUTPUT_LINES of each command; the rest are counted on the spinner's line."""
+        flow = self.flow
+        if flow is None or flow.reply is not None:
+            return
+        with flow.lock:
+            shown = self.shown(line)
+            if len(flow.output_shown) >= LIVE_OUTPUT_LINES:  # the last few are shown when the command ends
+                flow.output_more += 1
+                flow.output_tail.append(shown)
+                return
+            flow.output_shown.append(shown)
+            self.console.print(Text(_indent(_cut(shown)) or "    ", style="dim"))
 
     def action(self, step: int, thought: str, command: str, arg: str, cost_usd: float) -> None:
         if self.quiet:
+            return
+        live = getattr(self.live_reply, "shown", None)
+        self.live_reply.shown = None
+        if live is not None and live.command == command:  # shown as it streamed in
             return
         header = Text.assemble((f"step {step} ", "bold"), (command, "bold magenta"),
                                (f"  ${cost_usd:.4f} so far", "dim"))
@@ -205,8 +253,17 @@ class Terminal:
             self.debug_raw(event)
 
     def observation(self, text: str) -> None:
-        if not self.quiet:
-            self.console.print(Text(_indent(_preview(self.shown(text), OBSERVATION_PREVIEW_LINES)), style="dim"))
+        """The step's observation, in brief; the lines of output already shown as the code printed them are not
+        shown again."""
+        if self.quiet:
+            return
+        shown, lines = self.shown(text), self.live_output
+        self.live_output = []
+        if lines:
+            shown = _after(shown.split("\n"), lines).strip("\n")
+            if not shown:
+                return
+        self.console.print(Text(_indent(_preview(shown, OBSERVATION_PREVIEW_LINES)), style="dim"))
 
     def critic(self, text: str) -> None:
         self.say(Text(f"  critic: {_preview(self.shown(text), 4)}", style="bold cyan"))
@@ -255,15 +312,18 @@ class Terminal:
             self.console.print(Text(self.shown(body)))
 
     def approve(self, command: str, arg: str) -> Approval:
-        """Ask the person before running code. Enter or y runs it, n refuses, anything else is feedback."""
+        """Ask the person before running code. Enter, y, yes, ok, sure run it; n or no refuses; anything else is
+        feedback for the agent."""
         lexer = "python" if command == "execute_python" else "bash"
         # every character of the code, long lines wrapped (never cropped), even when stderr is not a terminal
         self.console.print(Panel(Syntax(self.shown(arg), lexer, word_wrap=True), title=command,
                                  border_style="yellow"), soft_wrap=False)
-        answer = self._input("[bold]Run it?[/] \\[Y]es / \\[n]o / or type feedback for the agent: ").strip()
-        if answer.lower() in ("", "y", "yes"):
+        answer = self._input("[bold]Run it?[/] \\[Y]es / \\[n]o / or type feedback for the agent "
+                             "[dim](Enter, y, yes, ok, sure: run it)[/]: ").strip()
+        word = answer.lower().rstrip(".!")
+        if word in YES:
             return Approval(True)
-        if answer.lower() in ("n", "no"):
+        if word in NO:
             return Approval(False, "The user refused to run this command. Choose another way forward.")
         return Approval(False, f"The user did not run this command and said: {answer}")
 
@@ -304,19 +364,243 @@ class Terminal:
 
 @dataclass
 class Flow:
-    """A reply streaming in under a spinner: counted by the pieces it arrives in (about a token each)."""
+    """What goes on under a spinner: a reply streaming in, counted by the pieces it arrives in (about a token each),
+    or a command running, with the lines it printed."""
 
     thread: int
     started: float
+    step: int | None = None
     pieces: int = 0
     first: float = 0.0  # when the first piece came
+    reply: "LiveReply | None" = None
+    output_shown: list[str] = field(default_factory=list)  # lines code printed, as shown
+    output_more: int = 0  # lines past those shown as they came
+    output_tail: collections.deque = field(default_factory=lambda: collections.deque(maxlen=OBSERVATION_PREVIEW_LINES))
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __str__(self) -> str:
         now = time.monotonic()
+        if self.output_more:
+            return f"{now - self.started:.0f} s · {plural(self.output_more, 'more line')} of output"
         if not self.pieces:
             return f"{now - self.started:.0f} s"
         rate = self.pieces / (now - self.first) if now - self.first >= 1 else None
         return f"{plural(self.pieces, 'token')}" + (f", {rate:.0f}/s" if rate is not None else "")
+
+    def close(self, terminal: "Terminal") -> None:
+        """The spinner is gone: what was shown stays, and the observation will not repeat it."""
+        with self.lock:
+            hidden = self.output_more - len(self.output_tail)
+            if hidden:
+                terminal.console.print(Text(f"    … ({plural(hidden, 'more line')})", style="dim"))
+            for line in self.output_tail:
+                terminal.console.print(Text(_indent(_cut(line)) or "    ", style="dim"))
+            terminal.live_output = self.output_shown + list(self.output_tail)
+
+
+class _Status:
+    """The spinner's lines: the line of the reply still coming, if any, then the spinner with what it waits for."""
+
+    def __init__(self, what: str, flow: Flow):
+        self.what, self.flow = what, flow
+        self.spinner = Spinner("dots")
+
+    def __rich_console__(self, console, options):
+        reply = self.flow.reply
+        coming = reply.coming() if reply is not None else None
+        self.spinner.update(text=f"{self.what} {self.flow}")
+        yield Group(coming, self.spinner) if coming is not None else self.spinner
+
+
+class LiveReply:
+    """An agent's reply shown as it streams in, in any reply format: its thought, then its command and its
+    argument, each whole line printed for good as it completes (bounded), the line still coming on the spinner's."""
+
+    def __init__(self, terminal: Terminal, step: int | None):
+        self.terminal, self.step = terminal, step
+        self.text: list[str] = []  # the reply's text (the tags or json format; the thought of a tool call)
+        self.arguments: list[str] = []  # a tool call's arguments
+        self.tool = ""
+        self.started = False
+        self.command: str | None = None  # shown
+        self.thought_lines = self.arg_lines = 0  # shown
+        self.thought_more = self.arg_more = 0  # not shown: past the bound
+        self.current: tuple[str, str] | None = None  # the line still coming, and its style
+        self.lock = threading.RLock()  # one update at a time (the spinner's drawing does not take it)
+
+    def feed(self, piece: str) -> None:
+        if getattr(piece, "tool", None):
+            self.tool = piece.tool
+            self.arguments.append(piece)
+        else:
+            self.text.append(piece)
+        self.update()
+
+    def finish(self, interrupted: bool = False) -> None:
+        """The reply ended (or was interrupted): its last lines are printed, so what was seen stays."""
+        self.update(final=True, interrupted=interrupted)
+
+    def coming(self) -> Text | None:
+        """The line still coming, for the spinner's lines. Read without the lock: the spinner's thread draws while
+        holding the display's lock, which `update` (holding this one) waits for to print."""
+        current = self.current  # one tuple, replaced whole
+        if current is None or not current[0].strip():
+            return None
+        text, style = current
+        return Text(text if "\n" in text else _cut(text), style=style)
+
+    def update(self, final: bool = False, interrupted: bool = False) -> None:
+        with self.lock:
+            thought, command, arg = partial_action("".join(self.text), self.tool, "".join(self.arguments))
+            if not self.started and not (thought.strip() or command):
+                return
+            thought_lines = self.terminal.shown(thought).split("\n")
+            arg_lines = self.terminal.shown(arg).split("\n") if arg else []
+            ended = final or command is not None
+            # the approval panel will show the code whole: meanwhile its last lines are on the spinner's only
+            held = command in self.terminal.approved and not interrupted
+            # the line still coming is set before any line is printed: printing draws the spinner's lines again
+            if not ended:
+                self.current = ("  " + thought_lines[-1], "italic")
+            elif final or not arg_lines:
+                self.current = None
+            elif held:
+                self.current = ("\n".join("    " + _cut(line) for line in arg_lines[-LIVE_ARG_LINES:]), "yellow")
+            else:
+                self.current = ("    " + arg_lines[-1], "yellow")
+            if not self.started:
+                self.started = True
+                self._print(f"step {self.step}" if self.step is not None else "", "bold")
+            self._lines(thought_lines if ended else thought_lines[:-1], "thought", "  ", "italic",
+                        LIVE_THOUGHT_LINES)
+            if command is None or self.command is None:  # the thought is over: its lines past the bound counted
+                if ended:
+                    self._count("thought", "  ")
+                if command is None:
+                    return
+            if self.command is None:
+                self.command = command
+                self._print(f"  {self.terminal.shown(command)}", "bold magenta")
+            if held:
+                return
+            self._lines(arg_lines if final else arg_lines[:-1], "arg", "    ", "yellow", LIVE_ARG_LINES)
+            if final:
+                self._count("arg", "    ")
+
+    def _lines(self, lines: list[str], part: str, indent: str, style: str, bound: int) -> None:
+        done = getattr(self, f"{part}_lines") + getattr(self, f"{part}_more")
+        for line in lines[done:]:
+            if getattr(self, f"{part}_lines") < bound:
+                self._print(indent + _cut(line), style)
+                setattr(self, f"{part}_lines", getattr(self, f"{part}_lines") + 1)
+            else:
+                setattr(self, f"{part}_more", getattr(self, f"{part}_more") + 1)
+
+    def _count(self, part: str, indent: str) -> None:
+        more = getattr(self, f"{part}_more")
+        if more:
+            self._print(f"{indent}… ({plural(more, 'more line')})", "dim")
+            setattr(self, f"{part}_more", -10**9)  # said once
+
+    def _print(self, text: str, style: str) -> None:
+        self.terminal.console.print(Text(text, style=style))
+
+
+# what a reply still streaming in holds so far, in each format
+_TAG_CUT = re.compile(r"<(?:/?[rc]?)\Z", re.I)  # a tag whose end has not come yet
+_TAG_COMMAND = re.compile(r"<c>\s*(?P<name>[A-Za-z_][\w-]*)\s*(?:</c>|\n)", re.I)
+_TAG_THOUGHT = re.compile(r"<r>(?P<thought>.*?)(?:</r>|\Z)", re.S | re.I)
+_JSON_ARG = re.compile(r'"args?"\s*:\s*(?:\{\s*"[^"\\]*"\s*:\s*)?"')
+_FIRST_VALUE = re.compile(r'\A\s*\{\s*"[^"\\]*"\s*:\s*"')
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f"}
+
+
+def partial_action(text: str, tool: str = "", arguments: str = "") -> tuple[str, str | None, str]:
+    """(thought, command — None until it is known —, argument) of a reply as far as it came: the tags format, one
+    JSON object, or a tool call (`tool` and its `arguments`, the thought in `text`)."""
+    if tool:
+        start = _FIRST_VALUE.match(arguments)
+        return text.strip(), tool, _json_string(arguments, start.end())[0] if start else ""
+    body = text.lstrip()
+    if body.startswith("```"):  # the whole reply in a fence
+        body = body.partition("\n")[2]
+    if body.startswith("{"):
+        return _json_action(body)
+    return _tags_action(text)
+
+
+def _tags_action(text: str) -> tuple[str, str | None, str]:
+    found = _TAG_COMMAND.search(text)
+    before, rest = (text[:found.start()], text[found.end():]) if found else (text, "")
+    before = before.split("<c>")[0].split("<C>")[0]
+    thought = _TAG_THOUGHT.search(before)
+    thought = thought.group("thought") if thought else re.sub(r"</?[rc]>", "", before, flags=re.I)
+    if not found:
+        return _TAG_CUT.sub("", thought.split("</r>")[0]).strip(), None, ""
+    arg = rest.lstrip(" \t").removeprefix("\n")
+    if arg.lstrip().startswith("```"):
+        arg = arg.lstrip().partition("\n")[2] if "\n" in arg else ""
+    arg = "\n".join(line for line in arg.split("\n") if not line.lstrip().startswith("```"))
+    return thought.strip(), found.group("name"), arg
+
+
+def _json_action(body: str) -> tuple[str, str | None, str]:
+    def value(key: str) -> tuple[str, bool]:
+        found = re.search(rf'"{key}"\s*:\s*"', body)
+        return _json_string(body, found.end()) if found else ("", False)
+
+    thought, _ = value("thought")
+    command, complete = value("command")
+    arg = _JSON_ARG.search(body)
+    return thought.strip(), command if complete else None, _json_string(body, arg.end())[0] if arg else ""
+
+
+def _json_string(text: str, start: int) -> tuple[str, bool]:
+    """The JSON string beginning at `start` (just after its quote), as far as it came; whether it ended."""
+    out, i = [], start
+    while i < len(text):
+        char = text[i]
+        if char == '"':
+            return _whole(out), True
+        if char != "\\":
+            out.append(char)
+            i += 1
+            continue
+        if i + 1 >= len(text):
+            break
+        escaped = text[i + 1]
+        if escaped == "u":
+            if i + 6 > len(text):
+                break
+            with contextlib.suppress(ValueError):
+                out.append(chr(int(text[i + 2:i + 6], 16)))
+            i += 6
+            continue
+        out.append(_ESCAPES.get(escaped, escaped))
+        i += 2
+    return _whole(out), False
+
+
+def _whole(chars: list[str]) -> str:
+    """Characters from JSON escapes, a surrogate pair joined (a lone half becomes U+FFFD)."""
+    return "".join(chars).encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def _cut(line: str, width: int = LINE_WIDTH) -> str:
+    return line[:width] + ("…" if len(line) > width else "")
+
+
+def _after(observed: list[str], printed: list[str]) -> str:
+    """What an observation holds past the output already printed: after the last lines printed, found from the end
+    (the output in the observation may be cut in the middle), else after the lines it begins with."""
+    last = printed[-3:]
+    for end in range(len(observed), len(last) - 1, -1):
+        if observed[end - len(last):end] == last:
+            return "\n".join(observed[end:])
+    same = 0
+    while same < min(len(printed), len(observed)) and printed[same] == observed[same]:
+        same += 1
+    return "\n".join(observed[same:])
 
 
 def _indent(text: str) -> str:

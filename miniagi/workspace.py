@@ -34,26 +34,37 @@ class MemoryShelf:
 
 
 class RunWorkspace:
-    def __init__(self, settings, *, ui, environ: Mapping[str, str], memory: RunMemory, budget: Budget,
-                 search_backend: SearchBackend, summarize: Callable[[str], str], counter: TokenCounter,
-                 step: Callable[[], int] = lambda: 0):
+    """Made with what the agent's runs share; the run using it attaches itself (`attach`): a chat's runs, one after
+    another, share one workspace and its Python session."""
+
+    def __init__(self, settings, *, ui, environ: Mapping[str, str], budget: Budget, search_backend: SearchBackend,
+                 counter: TokenCounter, offline: bool = False):
         self.settings = settings
         self.ui = ui
         self.workdir: Path = settings.workdir_path
         # its sandbox and limits; code calls the agent's commands through tool_handler
         self.execution = CodeRunner(settings, environ, budget.item_chars, tools=python_tools(),
                                     tool_handler=lambda name, arg: self.tool_handler(name, arg))
-        self.memory = memory
+        # what code prints, shown as it prints it (in a terminal: elsewhere the output is not read twice)
+        self.execution.on_output = ui.code_line if getattr(ui, "live", False) else None
         self.search_backend = search_backend
-        self.summarize = summarize
         self.counter = counter
         self.chunk_budget = budget.summarizer_chunk
         self.answer_tokens = budget.answer
         self.last_search: list[SearchResult] = []
-        self.step = step
-        self.offline = False  # a replay's: the agent's own commands reach no network
-        # runs a command that code in execute_python called as a function (set by the run)
+        self.offline = offline  # a replay's: the agent's own commands reach no network
+        self.memory: RunMemory | None = None
+        self.summarize: Callable[[str], str] | None = None
+        self.step: Callable[[], int] = lambda: 0
+        # runs a command that code in execute_python called as a function
         self.tool_handler: Callable[[str, str], dict] | None = None
+        self.mcp = None  # the run's MCP servers (mcp_tools.McpTools): they live as long as this workspace
+
+    def attach(self, *, memory: RunMemory, summarize: Callable[[str], str], step: Callable[[], int],
+               tool_handler: Callable[[str, str], dict]) -> None:
+        """The run now using this workspace: its memory, its summarizer, its step number (for code's labels) and
+        how a command that code calls is run."""
+        self.memory, self.summarize, self.step, self.tool_handler = memory, summarize, step, tool_handler
 
     @property
     def documents(self) -> MemoryShelf | None:
@@ -87,3 +98,5 @@ class RunWorkspace:
 
     def close(self) -> None:
         self.execution.close()
+        if self.mcp is not None:
+            self.mcp.close()

@@ -9,7 +9,8 @@ client reads it as it reads OpenAI, and that miniagi's own client sends what the
   Cut(text)                 → a completion with that text and finish_reason "length" (cut off at the cap)
   Raw(body)                 → a 200 answer with exactly these bytes (not JSON, not UTF-8: a broken proxy)
   Calls([(name, args)], text) → a reply with native tool calls (args: the arguments string, as sent)
-  Stream([pieces], …)       → a streamed reply told piece by piece, with pauses, usage or not, [DONE] or not
+  Stream([pieces], …)       → a streamed reply told piece by piece, with pauses, usage or not, [DONE] or not;
+                              a Wait(event) among the pieces holds the rest back until the test sets the event
   Trickle(every, data)      → a 200 that sends `data` every `every` seconds and never ends
 A request asking for `stream` gets each reply as server-sent events, the way OpenAI sends them: its text in
 word-sized pieces, tool-call arguments a few characters at a time, usage in a last chunk when
@@ -71,6 +72,15 @@ class Stream:
     done: bool = True
     finish: str | None = "stop"
     calls: list = field(default_factory=list)
+
+
+@dataclass
+class Wait:
+    """Among a Stream's pieces: nothing more is sent until `event` is set (what the test waits to see first); a test
+    that never sets it fails at `limit_s`, as the reply then ends there."""
+
+    event: threading.Event
+    limit_s: float = 60.0
 
 
 @dataclass
@@ -269,7 +279,7 @@ class FakeLLM:
             def _stream(self, request: dict, item: Stream) -> None:
                 model = request.get("model", "fake")
                 usage = self._usage(request, "".join(p for p in item.pieces if isinstance(p, str))
-                                    + "".join("".join(pieces) for _, pieces in item.calls))
+                                    + "".join(p for _, pieces in item.calls for p in pieces if isinstance(p, str)))
 
                 def chunk(delta: dict, finish: str | None = None) -> dict:
                     return {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": int(time.time()),
@@ -278,14 +288,18 @@ class FakeLLM:
                 self._start_events()
                 deltas: list = [{"role": "assistant", "content": ""}]
                 for piece in item.pieces:
-                    deltas.append(piece if isinstance(piece, Hang) else {"content": piece})
+                    deltas.append(piece if isinstance(piece, (Hang, Wait)) else {"content": piece})
                 for i, (name, pieces) in enumerate(item.calls):
                     deltas.append({"tool_calls": [{"index": i, "id": f"call_fake_{i}", "type": "function",
                                                    "function": {"name": name, "arguments": ""}}]})
-                    deltas += [{"tool_calls": [{"index": i, "function": {"arguments": piece}}]} for piece in pieces]
+                    deltas += [piece if isinstance(piece, (Hang, Wait)) else
+                               {"tool_calls": [{"index": i, "function": {"arguments": piece}}]} for piece in pieces]
                 for delta in deltas:
                     if isinstance(delta, Hang):
                         time.sleep(delta.seconds)
+                        continue
+                    if isinstance(delta, Wait):
+                        delta.event.wait(delta.limit_s)
                         continue
                     if not self._event(chunk(delta)):
                         return

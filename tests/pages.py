@@ -29,6 +29,18 @@ ARTICLE = """<!DOCTYPE html>
 <script>trackMore("SECOND-SCRIPT")</script>
 </body></html>"""
 
+# a guide page whose links are relative: read, they must point somewhere the model can go next
+GUIDE = ("""<!DOCTYPE html><html><head><title>Post guide</title></head><body>
+<nav><a href="/">Home</a> <a href="/about">NAV-ABOUT</a></nav>
+<main><h1>How the post works</h1>
+<p>Letters are sealed as <a href="seals.html">described under seals</a> and stamped
+(<a href="../stamps/index.html#rates">rates</a>).</p>
+<p>Again <a href="seals.html">the seals page</a>, <a href="#top">back to top</a>, <a href="javascript:void(0)">a
+script</a>, <a href="mailto:post@example.com">write to us</a>, <a href="https://elsewhere.example/x">elsewhere</a>.</p>
+<ul>""" + "".join(f'<li><a href="page-{i}.html">Page {i}</a></li>' for i in range(70)) + """</ul>
+<p>Closing text after the many links.</p>
+</main></body></html>""")
+
 PNG = (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06\x00\x00\x00"
        b"\x1f\x15\xc4\x89" + b"\x00" * 64)
 
@@ -62,7 +74,8 @@ def make_pdf(pages: list[str]) -> bytes:
 class Site:
     """Routes: /article, /redirect (→ /article), /missing (404), /slow (answers after `slow_s`), /image.png,
     /latin1 (charset in the header), /cp1252 (no charset anywhere), /big (11 MB), /report.pdf, /plain.txt,
-    /trickle (a byte every 0.2 s), /trickle-headers (the headers themselves a byte at a time)."""
+    /trickle (a byte every 0.2 s), /trickle-headers (the headers themselves a byte at a time), /guide/index.html
+    (relative links, and more of them than a page keeps)."""
 
     def __init__(self, slow_s: float = 5.0):
         self.slow_s = slow_s
@@ -124,6 +137,8 @@ class Site:
                     self._trickle(b"slow words " * 30)
                 elif path == "/trickle-headers":  # even the status line comes a byte at a time
                     self._trickle(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nX-Padding: " + b"x" * 300)
+                elif path == "/guide/index.html":
+                    self.send(200, GUIDE.encode(), "text/html; charset=utf-8")
                 elif path == "/plain.txt":
                     self.send(200, b"Just plain text about gardening.", "text/plain; charset=utf-8")
                 else:

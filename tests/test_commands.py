@@ -155,15 +155,18 @@ def test_ingest_of_a_short_file_gives_its_full_text_and_the_recall_hint_once(llm
 
 
 def test_the_text_form_joins_arguments_for_tags_only_and_reads_back():
+    from miniagi.protocols import call_arguments
+    from miniagi.protocols.tags import join_args, split_args
     process = COMMANDS["process_data"]
-    args = process.parse("Is a|b the regex?|notes.md|https://example.com/x|2")
+    args = split_args(process, "Is a|b the regex?|notes.md|https://example.com/x|2")
     assert args == {"question": "Is a|b the regex?", "sources": ["notes.md", "https://example.com/x", "2"]}
-    assert process.parse(process.text(args)) == args
-    assert process.parse("just a question") == {"question": "just a question"}
-    assert process.missing(process.parse("just a question")) == ["sources"]
-    assert process.arguments({"question": "q", "sources": "one.pdf"}) == {"question": "q", "sources": ["one.pdf"]}
-    assert process.arguments({"request": "q|one.pdf"}) == {"question": "q", "sources": ["one.pdf"]}  # older runs
-    assert COMMANDS["execute_python"].parse("a = 1 | 2") == {"code": "a = 1 | 2"}  # one parameter: all of it
+    assert split_args(process, join_args(process, args)) == args
+    assert split_args(process, "just a question") == {"question": "just a question"}
+    assert process.missing(split_args(process, "just a question")) == ["sources"]
+    given = {"question": "q", "sources": "one.pdf"}
+    assert call_arguments(process, given) == ({"question": "q", "sources": ["one.pdf"]}, given)
+    assert call_arguments(process, {"request": "q|one.pdf"}) == ({"question": "q", "sources": ["one.pdf"]}, None)
+    assert split_args(COMMANDS["execute_python"], "a = 1 | 2") == {"code": "a = 1 | 2"}  # one parameter: all of it
 
 
 def test_adding_a_command_is_one_function():
@@ -172,6 +175,7 @@ def test_adding_a_command_is_one_function():
         """Say words loudly.
 
         words: what to say
+        times: one item per repetition
         """
         return words.upper() * len(times)
 
@@ -188,7 +192,18 @@ def test_adding_a_command_is_one_function():
         with pytest.raises(TypeError, match="needs one of the types"):
             @command()
             def bad(workspace, count: int) -> str:
-                """Not a supported type."""
+                """Not a supported type.
+
+                count: how many
+                """
+        with pytest.raises(TypeError, match="times needs a description"):  # every schema the model sees is whole
+            @command()
+            def bad(workspace, words: str, times: str) -> str:  # noqa: F811
+                """Say words.
+
+                words: what to say
+                """
+        assert all(p.doc for c in COMMANDS.values() for p in c.parameters if c.name != "shout")
     finally:
         COMMANDS.pop("shout", None)
         COMMANDS.pop("bad", None)

@@ -96,3 +96,38 @@ def test_token_counting_works_offline_for_openai_and_other_models():
     assert counter_for("gpt-4o").encoding.name == "o200k_base"
     foreign = counter_for("llama3.1:8b")
     assert foreign.count("hello world, how are you?") > counter_for("gpt-4").count("hello world, how are you?")
+
+
+def test_a_runs_state_owns_the_summary_the_memory_reads_it_there():
+    """Given the run's state, the memory keeps no copy: the summary a context makes is returned, the state takes it
+    only through its event (as the run records it), and a state read back from a trace is what the memory shows."""
+    from miniagi import events as ev
+    from miniagi.state import RunState
+
+    state = RunState(objective="count the seals")
+    memory = RunMemory(builder=ContextBuilder(COUNTER, 2000), summarizer_counter=COUNTER,
+                       ask_summarizer=lambda prompt: "SUMMARY-ONE of what was done", store=None, scope="run",
+                       run_id="r", state=state)
+    steps = make_steps([300] * 12)
+    context, folded = memory.context(system=SYSTEM, steps=steps, next_step=13)
+    assert folded is not None and folded.text == "SUMMARY-ONE of what was done" and folded.through_step >= 1
+    assert state.summary.through_step == 0  # not taken until it is recorded
+    state.apply(ev.SummaryFolded(step=12, text=folded.text, through_step=folded.through_step,
+                                 notes_digest=folded.notes_digest or None, notes_through=folded.notes_through or None,
+                                 briefed_through=folded.briefed_through or None))
+    assert memory.summary == folded
+    state.objective, state.background = "count the seals twice", "an earlier run counted 7"
+    context, _ = memory.context(system=SYSTEM, steps=steps, next_step=13)
+    head = context.messages[1]["content"]
+    assert "count the seals twice" in head and "an earlier run counted 7" in head
+    assert "SUMMARY-ONE" in head
+
+
+def test_the_run_module_does_not_import_the_agent():
+    """A run is built from its services: importing run.py loads no agent.py (no agent <-> run import circle)."""
+    import subprocess
+    import sys
+
+    code = "import sys, miniagi.run; print('miniagi.agent' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

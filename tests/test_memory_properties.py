@@ -46,7 +46,7 @@ def prompt_tokens(messages: list[dict]) -> int:
 def new_memory(budget: int, summary: Summary = Summary()) -> RunMemory:
     memory = RunMemory(builder=ContextBuilder(COUNTER, budget), summarizer_counter=COUNTER, ask_summarizer=faithful,
                        store=None, scope="run", run_id="r", objective="Read the log parts and keep what matters")
-    memory.summary = summary
+    memory.state.summary = summary
     return memory
 
 
@@ -217,7 +217,7 @@ def shaped_memory(budget: int, prompts: list[str], summary: Summary = Summary())
     memory = RunMemory(builder=ContextBuilder(COUNTER, budget), summarizer_counter=COUNTER,
                        ask_summarizer=faithful_asks(budget, prompts), store=None, scope="run", run_id="r",
                        objective="Read the outputs and keep what matters")
-    memory.summary = summary
+    memory.state.summary = summary
     return memory
 
 

@@ -312,3 +312,43 @@ def test_chat_keeps_the_python_session_between_objectives(cli, llm, isolated):
 
 def load_one(directory):
     return [json.loads(line) for line in (directory / "trace.jsonl").read_text().split("\n") if line]
+
+
+# --- a call's arguments survive the trip ------------------------------------------------------------------------
+AWKWARD = {"question": 'Which is larger, 2|3? Answer with one number | nothing else.\n"Quoted" \'too\' — ünïcødé ✓ ',
+           "sources": ["missing|file.md", "notes  two.md"]}
+
+
+@pytest.mark.parametrize("protocol", ["tools", "json"])
+def test_a_calls_arguments_come_back_exactly_in_the_history_and_the_trace(cli, llm, isolated, protocol):
+    sent = json.dumps(AWKWARD, ensure_ascii=False)
+    if protocol == "tools":
+        llm.add(Calls([("process_data", sent)], "compare"), Calls([("done", '{"answer": "3"}')]))
+    else:
+        llm.add(json.dumps({"thought": "compare", "command": "process_data", "args": AWKWARD}, ensure_ascii=False),
+                '{"thought": "finish", "command": "done", "args": {"answer": "3"}}')
+    proc = cli("-y", "--unattended", "--protocol", protocol, "Compare")
+    assert proc.returncode == 0, proc.stderr
+    _, trace = load(isolated.home)
+    action = next(e for e in trace if e["type"] == "action")
+    assert action["args"] == AWKWARD  # one JSON object in the trace, characters and types as sent
+    shown = llm.agent_requests()[1]["messages"]
+    (reply,) = [m for m in shown if m["role"] == "assistant"]
+    if protocol == "tools":
+        assert reply["tool_calls"][0]["function"]["arguments"] == sent  # byte-identical
+    else:
+        assert json.loads(reply["content"])["args"] == AWKWARD
+        assert json.dumps(AWKWARD, ensure_ascii=False) in reply["content"]
+
+
+def test_a_resumed_run_shows_the_recorded_call_not_a_re_split_text(cli, llm, isolated):
+    llm.add(Calls([("process_data", json.dumps(AWKWARD))], "compare"))
+    proc = cli("-y", "--unattended", "--protocol", "tools", "--max-steps", "1", "Compare")
+    assert proc.returncode != 0
+    (directory,) = run_dirs(isolated.home)
+    llm.add(Calls([("done", '{"answer": "3"}')]))
+    proc = cli("resume", directory.name, "-y", "--unattended", "--max-steps", "3")
+    assert proc.returncode == 0, proc.stderr
+    shown = llm.agent_requests()[-1]["messages"]
+    (reply,) = [m for m in shown if m["role"] == "assistant"]
+    assert json.loads(reply["tool_calls"][0]["function"]["arguments"]) == AWKWARD

@@ -83,8 +83,9 @@ def test_with_bwrap_code_changes_only_the_workdir_and_sees_no_secret_nor_the_age
     result, seen = newest(isolated.home)
     assert result["sandbox"] == "bwrap" and "sandbox: bwrap" in proc.stderr and "warning" not in proc.stderr
     lines = dict(line.split(" ", 1) for line in seen[1].splitlines() if " " in line)
-    for what in ("ssh", "aws", "netrc", "history", "gh", "dotenv", "dotenv-write", "runs", "pth", "package", "etc"):
+    for what in ("ssh", "aws", "netrc", "history", "gh", "dotenv-write", "runs", "pth", "package", "etc"):
         assert lines[what].startswith("BLOCKED"), (what, seen[1])
+    assert lines["dotenv"].strip() == "OPEN", seen[1]  # a hidden file reads as an empty one (docs/sandbox.md)
     assert lines["workdir"].startswith("OPEN") and lines["tmp"].startswith("OPEN")
     assert lines["PYTHONPATH"] == "None"
     for value in ("SSH-KEY-1", "AWS-SECRET-2", "NETRC-PW-3", "HISTORY-4", "GH-TOKEN-5", "dotenv-6"):
@@ -100,7 +101,7 @@ def test_with_bwrap_code_changes_only_the_workdir_and_sees_no_secret_nor_the_age
     proc = cli("-y", "--sandbox-allow", str(user_home / ".aws"), "look again")
     assert proc.returncode == 0, proc.stderr
     _, seen = newest(isolated.home)
-    assert "aws OPEN AWS-SECRET-2" in seen[1] and "ssh BLOCKED" in seen[1] and "dotenv BLOCKED" in seen[1]
+    assert "aws OPEN AWS-SECRET-2" in seen[1] and "ssh BLOCKED" in seen[1] and "dotenv OPEN \n" in seen[1]
 
 
 @pytest.mark.parametrize("refused, kind", [(("bwrap",), "namespace"), (("bwrap", "unshare"), "none")])
@@ -273,8 +274,10 @@ def test_modules_in_the_workdir_shadow_nothing_of_the_agent_but_user_code_import
     llm.add(act("execute_python", "import helpers\nprint(helpers.GREETING)"), act("done", "hi"))
     env = dict(os.environ, OPENAI_BASE_URL=llm.url, OPENAI_API_KEY="sk-test-key-123456",
                MINIAGI_MEMORY_SCOPE="off", MINIAGI_YES="true")
-    # the batch's own process is started safely here (-P); it starts each objective's run in this folder
-    batch = subprocess.run([sys.executable, "-P", "-m", "miniagi", "batch", "jobs.txt", "--workers", "1"],
+    # the batch's own process is started safely here (-P); it starts each objective's run in this folder (named:
+    # else each objective works in a folder of its own)
+    batch = subprocess.run([sys.executable, "-P", "-m", "miniagi", "batch", "jobs.txt", "--workers", "1",
+                            "--workdir", "."],
                            cwd=isolated.work, env=env, capture_output=True, text=True, timeout=240,
                            stdin=subprocess.DEVNULL)
     assert batch.returncode == 0, batch.stderr
@@ -284,3 +287,203 @@ def test_modules_in_the_workdir_shadow_nothing_of_the_agent_but_user_code_import
     _, seen = newest(isolated.home)
     assert "from my own module" in seen[1]
     assert "work directory ran" not in batch.stdout + batch.stderr + json.dumps(seen)
+
+
+DOTFILES = {".bashrc": "alias ls='ls'  # BASHRC-MARK-1", ".zshenv": "export OPENAI_API_KEY=sk-zshenv-fake-4242",
+            ".gitconfig": "[github]\n\ttoken = ghp_gitconfig-fake-7777", ".profile": "PROFILE-MARK-2"}
+DOTFILE_READS = """\
+import os
+for path in {paths!r}:
+    try:
+        print(path, 'OPEN', open(path).read()[:60].replace('\\n', ' '))
+    except OSError as error:
+        print(path, 'BLOCKED', error.strerror)
+try:
+    print('listing', sorted(os.listdir({home!r})))
+except OSError as error:
+    print('listing BLOCKED', error.strerror)
+open('written-by-code.txt', 'w').write('mine')
+print('workdir written')
+"""
+
+
+def test_with_bwrap_the_users_home_is_empty_but_for_the_work_directory(cli, llm, isolated):
+    """Rule (a) of issue 29: whatever the user keeps in a home (theirs, /root, /home/*), code sees an empty
+    directory there; the work directory, bound back, stays writable, and so do its own dotfiles."""
+    user_home = Path(os.environ["HOME"])
+    user_home.mkdir(parents=True, exist_ok=True)
+    for name, text in DOTFILES.items():
+        (user_home / name).write_text(text)
+    paths = [str(user_home / name) for name in DOTFILES]
+    paths += [p for p in ("/root/.bashrc", "/root/.profile") if os.path.exists(p)]
+    code = DOTFILE_READS.format(paths=paths, home=str(user_home))
+    shell = f"cat {' '.join(paths)} 2>&1; ls -A {user_home} /root 2>&1; echo shell > shell-wrote.txt && echo ok"
+    llm.add(act("execute_python", code), act("execute_shell", shell), act("done", "tried"))
+    proc = cli("-y", "--sandbox", "bwrap", "read the dotfiles")
+    assert proc.returncode == 0, proc.stderr
+    _, seen = newest(isolated.home)
+    for path in paths:
+        assert f"{path} BLOCKED" in seen[1], seen[1]
+    assert "listing []" in seen[1] and "workdir written" in seen[1]
+    for text in (*DOTFILES.values(), "sk-zshenv-fake-4242", "ghp_gitconfig-fake-7777", "BASHRC-MARK-1"):
+        assert text.split("\n")[-1] not in seen[1] + seen[2], text
+    assert "\nok\n" in seen[2] and "exit code 0" in seen[2], seen[2]
+    assert (isolated.work / "written-by-code.txt").read_text() == "mine"
+    assert (isolated.work / "shell-wrote.txt").read_text() == "shell\n"
+
+
+CORE_PATTERN = Path("/proc/sys/kernel/core_pattern")
+ROOT_WRITES = """\
+import os
+def attempt(what, path, data):
+    try:
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            if data:
+                os.write(fd, data)
+        finally:
+            os.close(fd)
+        print(what, 'OPEN')
+    except OSError as error:
+        print(what, 'BLOCKED', error.strerror)
+attempt('core_pattern', '/proc/sys/kernel/core_pattern', b'core.miniagi-probe')
+attempt('hostname', '/proc/sys/kernel/hostname', b'')
+attempt('sysrq', '/proc/sysrq-trigger', b'')  # opened, never written
+uid_map = open('/proc/self/uid_map').read().split()
+inside = os.getuid()
+outside = next((int(uid_map[i + 1]) + inside - int(uid_map[i]) for i in range(0, len(uid_map), 3)
+                if int(uid_map[i]) <= inside < int(uid_map[i]) + int(uid_map[i + 2])), None)
+print('uid inside', inside, 'outside', outside)
+open('still-writable.txt', 'w').write('yes')
+print('workdir written')
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only real root can write /proc/sys; as a user the kernel refuses")
+@pytest.mark.parametrize("kind", ["bwrap", "namespace"])
+def test_as_root_code_cannot_write_proc_sys_and_bwrap_runs_it_as_no_host_root(cli, llm, isolated, kind):
+    """Issue 29: as root, code in the sandbox wrote /proc/sys/kernel/core_pattern (a `|program` there runs as the
+    host's root at the next crash). /proc is read-only in both namespace kinds; under bwrap the code's uid is not
+    the host's root at all, and the work directory stays writable."""
+    before = CORE_PATTERN.read_bytes()
+    llm.add(act("execute_python", ROOT_WRITES), act("execute_shell", "echo core.shell-probe > "
+                                                                      "/proc/sys/kernel/core_pattern; echo $?"),
+            act("done", "ok"))
+    try:
+        proc = cli("-y", "--sandbox", kind, "--debug", "write the kernel settings")  # the sandbox said in full
+        assert proc.returncode == 0, proc.stderr
+        _, seen = newest(isolated.home)
+    finally:
+        after = CORE_PATTERN.read_bytes()
+        if after != before:
+            CORE_PATTERN.write_bytes(before)  # put the host back before failing
+    assert after == before
+    for what in ("core_pattern", "hostname", "sysrq"):
+        assert f"{what} BLOCKED" in seen[1], seen[1]
+    assert "workdir written" in seen[1] and (isolated.work / "still-writable.txt").read_text() == "yes"
+    assert (isolated.work / "still-writable.txt").stat().st_uid == isolated.work.stat().st_uid
+    assert "exit code 0" not in seen[2] or "\n0\n" not in seen[2], seen[2]
+    if kind == "bwrap":
+        outside = seen[1].split("uid inside ")[1].split()[2]
+        assert outside not in ("0", "None"), seen[1]
+        assert "code runs as nobody" in proc.stderr
+    else:
+        assert "code's uid is the host's root" in proc.stderr and "/proc/sys" in proc.stderr  # the warning says so
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the host's ids matter only when miniagi runs as root")
+def test_as_root_bwrap_says_when_its_code_keeps_the_hosts_uid_0_and_proc_stays_read_only(cli, llm, isolated,
+                                                                                         tmp_path):
+    """Without nsenter (or an idmapped mount) the code's uid stays the host's root: the sandbox line says so and
+    why, and /proc is read-only all the same."""
+    before = CORE_PATTERN.read_bytes()
+    llm.add(act("execute_python", ROOT_WRITES), act("done", "ok"))
+    try:
+        proc = cli("-y", "--sandbox", "bwrap", "write the kernel settings",
+                   env={"PATH": refusing(tmp_path, "nsenter")})
+        assert proc.returncode == 0, proc.stderr
+        _, seen = newest(isolated.home)
+    finally:
+        after = CORE_PATTERN.read_bytes()
+        if after != before:
+            CORE_PATTERN.write_bytes(before)
+    assert after == before and "core_pattern BLOCKED" in seen[1] and "workdir written" in seen[1], seen[1]
+    assert "code's uid is the host's root (the system refused it (nsenter: " in proc.stderr, proc.stderr
+
+
+ABSTRACT = """\
+import socket
+for name, family, address in (('abstract', socket.AF_UNIX, {abstract!r}),
+                              ('network', socket.AF_INET, ('127.0.0.1', {port}))):
+    probe = socket.socket(family, socket.SOCK_STREAM)
+    probe.settimeout(5)
+    try:
+        probe.connect(address)
+        print(name, 'CONNECTED')
+    except OSError as error:
+        print(name, 'BLOCKED', error.strerror)
+    finally:
+        probe.close()
+"""
+
+
+@pytest.mark.parametrize("kind", ["bwrap", "namespace"])
+def test_with_the_network_on_code_reaches_the_network_but_no_abstract_socket_of_the_host(cli, llm, isolated, kind):
+    """Issue 29: X11's @/tmp/.X11-unix/X0, D-Bus or containerd listen on abstract unix sockets, which belong to
+    the network namespace code shares with the host when the network is on. Landlock scopes them away."""
+    import ctypes
+    import secrets
+    import socket
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    if libc.syscall(444, None, 0, 1) < 6:  # landlock_create_ruleset(…, LANDLOCK_CREATE_RULESET_VERSION)
+        pytest.skip("no Landlock ABI 6 (Linux 6.12+) here: the sandbox line says the sockets are reachable")
+    name = f"\0miniagi-test-{secrets.token_hex(4)}"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(name)
+    listener.listen(8)
+    port = llm.url.split(":")[-1].split("/")[0]
+    try:
+        llm.add(act("execute_python", ABSTRACT.format(abstract=name, port=port)),
+                act("execute_shell", "python3 -c \"import socket; s = socket.socket(socket.AF_UNIX); "
+                                     f"s.connect({name!r}); print('SHELL CONNECTED')\" 2>&1 | tail -1"),
+                act("done", "ok"))
+        proc = cli("-y", "--sandbox", kind, "reach the desktop")
+    finally:
+        listener.close()
+    assert proc.returncode == 0, proc.stderr
+    _, seen = newest(isolated.home)
+    assert "abstract BLOCKED" in seen[1] and "network CONNECTED" in seen[1], seen[1]
+    assert "SHELL CONNECTED" not in seen[2] and "Operation not permitted" in seen[2], seen[2]
+    assert "abstract unix sockets reachable" not in proc.stderr
+
+
+@pytest.mark.parametrize("kind", ["bwrap", "none"])
+def test_exec_disk_counts_allocated_blocks_and_files_whatever_call_made_them(cli, llm, isolated, kind):
+    """Issue 29: posix_fallocate dirties no page, so 160 MB of real blocks went unseen under a 20 MB limit; and
+    empty files cost inodes, not bytes. Both now stop the code, and nothing more runs."""
+    (isolated.work / "before.bin").write_bytes(b"x" * 25 * 2**20)  # the user's files are not the code's
+    # each file under the per-file cap (RLIMIT_FSIZE refuses one of 160 MB), 160 MB in all
+    llm.add(act("execute_python", "import os, time\nfor i in range(8):\n"
+                                  "    fd = os.open(f'big{i}.bin', os.O_CREAT | os.O_WRONLY)\n"
+                                  "    os.posix_fallocate(fd, 0, 20 * 2**20 - 4096)\n"
+                                  "print('allocated')\ntime.sleep(60)\nprint('slept through')"),
+            act("execute_shell", "echo more > more.txt"),
+            act("done", "ok"))
+    proc = cli("-y", "--sandbox", kind, "--exec-disk", "20", "--exec-timeout", "90", "allocate")
+    assert proc.returncode == 0, proc.stderr
+    seen = newest(isolated.home)[1]
+    assert "allocated" in seen[1] and "slept through" not in seen[1] and "--exec-disk" in seen[1], seen[1]
+    assert "Not run" in seen[2] and not (isolated.work / "more.txt").exists(), seen[2]
+    real = sum(path.stat().st_blocks * 512 for path in isolated.work.glob("big*.bin"))
+    assert real >= 150 * 2**20  # the blocks were real
+
+    many = "import os\nos.mkdir('many')\nfor i in range(30000):\n    open(f'many/{i}', 'w').close()\nprint('made')"
+    llm.add(act("execute_python", many), act("execute_python", "print('after')"), act("done", "ok"))
+    proc = cli("-y", "--sandbox", kind, "--exec-disk", "20", "--exec-timeout", "90", "make files")
+    assert proc.returncode == 0, proc.stderr
+    seen = newest(isolated.home)[1]
+    assert "files in the work directory" in seen[1] + seen[2] and "10,000" in seen[1] + seen[2], seen
+    assert "Not run" in seen[2] or "Stopped" in seen[1], seen
+    assert "after" not in seen[2]

@@ -54,6 +54,16 @@ class GatedEmbedder(MiniLMEmbedder):
         super()._load()
 
 
+def recorded(home, run_id: str, workdir: str) -> None:
+    """A run's trace as the run wrote it: a journal's items are stored only for a run the home knows, under the
+    work directory it recorded."""
+    import json
+
+    (home / "runs" / run_id).mkdir(parents=True)
+    (home / "runs" / run_id / "trace.jsonl").write_text(
+        json.dumps({"type": "run_start", "settings": {"workdir": workdir}}) + "\n")
+
+
 def test_a_run_that_ends_before_the_store_has_loaded_journals_its_memories_and_the_next_open_stores_them(tmp_path):
     path = tmp_path / "memory"
     embedder = GatedEmbedder()
@@ -66,6 +76,7 @@ def test_a_run_that_ends_before_the_store_has_loaded_journals_its_memories_and_t
     store.finish()  # returns without waiting for it
     journals = list((path / "journal").glob("*.jsonl"))
     assert len(journals) == 1 and "hunter2" not in journals[0].read_text() and "B7" in journals[0].read_text()
+    recorded(tmp_path, "r1", "/a")
     later = VectorMemory(path, MiniLMEmbedder())  # another process, later
     assert later.might_hold({"workdir": "/a"}) and not later.might_hold({"workdir": "/b"})
     hits = later.search("where is the deploy key", limit=2, where={"workdir": "/a"})
@@ -87,6 +98,7 @@ def test_a_journal_claimed_by_a_process_that_died_is_stored_by_the_next_one(tmp_
                                      workdir="/a")])
     journal = next((path / "journal").glob("*.jsonl"))
     journal.rename(journal.with_name(f"{journal.stem}.claimed-{gone.stdout.strip()}"))  # claimed, then it died
+    recorded(tmp_path, "r2", "/a")
     assert VectorMemory(path, MiniLMEmbedder()).count({"run": "r2"}) == 1
     assert not list((path / "journal").iterdir())
 
@@ -107,7 +119,7 @@ def first_request_agent(llm, isolated, **options):
     from memory import tokens
     from miniagi import Agent, Settings
     from miniagi.config import Endpoint
-    from miniagi.model import OpenAIModel
+    from miniagi.endpoint import OpenAIModel
 
     tokens._loaded.cache_clear()
     loaded_at_call: list[int] = []

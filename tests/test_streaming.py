@@ -16,7 +16,8 @@ import time
 import pytest
 
 from miniagi.config import Endpoint
-from miniagi.model import Completion, ModelError, ModelUnavailable, OpenAIModel
+from miniagi.endpoint import OpenAIModel
+from miniagi.model import Completion, ModelError, ModelUnavailable
 from miniagi.retry import Backoff
 from miniagi.ui import Flow
 

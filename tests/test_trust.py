@@ -119,7 +119,6 @@ def test_continue_and_last_follow_the_newest_run_of_this_work_directory(cli, llm
 
 
 def test_a_replay_is_marked_and_counts_no_model_calls(cli, llm, isolated, capsys, ui):
-    import httpx
 
     llm.add(act("execute_shell", "echo hi"), act("done", "said hi"))
     assert cli("-y", "say hi").returncode == 0
@@ -134,8 +133,8 @@ def test_a_replay_is_marked_and_counts_no_model_calls(cli, llm, isolated, capsys
     assert code == 0 and f"(replay of {original.name}) say hi" in out
     code, out, _ = in_process(capsys, "show", replayed.name)
     assert code == 0 and f"a replay of run {original.name}" in out and "0 model calls (2 replayed responses)" in out
-    assert f"replay of {original.name}</span> say hi" in httpx.get(ui + "/").text
-    page = httpx.get(f"{ui}/runs/{replayed.name}").text
+    assert f"replay of {original.name}</span> say hi" in ui.client.get(ui + "/").text
+    page = ui.client.get(f"{ui}/runs/{replayed.name}").text
     assert f'0 model calls (a replay of <a href="/runs/{original.name}">' in page
 
 
@@ -279,25 +278,23 @@ def test_replay_contacts_nothing_and_takes_nothing_wider_from_the_trace(cli, llm
 
 # --- the web UI -------------------------------------------------------------------------------------------------------
 def test_the_ui_answers_only_to_its_own_names_and_takes_run_ids_as_names(cli, llm, isolated, ui):
-    import httpx
-
     test_ui.make_run(cli, llm)
     (run,) = run_dirs(isolated.home)
     port = ui.rsplit(":", 1)[1]
     for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}", "LOCALHOST"):
-        response = httpx.get(ui + "/api/runs", headers={"Host": host})
+        response = ui.client.get(ui + "/api/runs", headers={"Host": host})
         assert response.status_code == 200 and run.name in response.text, host
     # a page of evil.example whose name now points at 127.0.0.1 (DNS rebinding) reads nothing
     for path in ("/", "/api/runs", f"/runs/{run.name}", "/memory?q=x"):
-        response = httpx.get(ui + path, headers={"Host": f"evil.example:{port}"})
+        response = ui.client.get(ui + path, headers={"Host": f"evil.example:{port}"})
         assert response.status_code == 421 and run.name not in response.text, path
     (isolated.home / "not-a-run.txt").write_text("the home's own file")
     for bad in ("%2e%2e", "..%2f..%2fetc", "%2fetc", "2025%2a", "%2e%2e%5cx"):
-        response = httpx.get(f"{ui}/runs/{bad}")
+        response = ui.client.get(f"{ui}/runs/{bad}")
         assert "is not a run id" in response.text or response.status_code == 404, bad  # (a / ends the route)
         assert "home's own" not in response.text and run.name not in response.text
-        assert httpx.get(f"{ui}/runs/{bad}/events").status_code == 404
-    assert httpx.get(f"{ui}/runs/{run.name}/events?after=x").status_code == 400
+        assert ui.client.get(f"{ui}/runs/{bad}/events").status_code == 404
+    assert ui.client.get(f"{ui}/runs/{run.name}/events?after=x").status_code == 400
 
 
 def tree(path) -> dict:
@@ -308,12 +305,10 @@ def tree(path) -> dict:
 
 
 def test_the_ui_writes_nothing_and_shows_a_runs_recall_as_text_under_its_step(cli, llm, isolated, ui, capsys):
-    import httpx
-
     from .conftest import MEMORY_ON
 
     before = tree(isolated.home)
-    page = httpx.get(ui + "/memory", params={"q": "anything"}, timeout=60).text
+    page = ui.client.get(ui + "/memory", params={"q": "anything"}, timeout=60).text
     assert "no memory under" in page and tree(isolated.home) == before  # no empty store made
     llm.add(act("memorize_thoughts", "The launch code of the rocket is PURPLE-SEVEN."), act("done", "noted"))
     assert cli("-y", "remember the rocket's launch code", env=MEMORY_ON).returncode == 0
@@ -321,8 +316,8 @@ def test_the_ui_writes_nothing_and_shows_a_runs_recall_as_text_under_its_step(cl
     assert cli("-y", "what is the launch code of the rocket?", env=MEMORY_ON).returncode == 0
     second = run_dirs(isolated.home)[-1]
     before = tree(isolated.home)
-    assert "PURPLE-SEVEN" in httpx.get(ui + "/memory", params={"q": "launch code"}, timeout=60).text
-    page = httpx.get(f"{ui}/runs/{second.name}", timeout=60).text
+    assert "PURPLE-SEVEN" in ui.client.get(ui + "/memory", params={"q": "launch code"}, timeout=60).text
+    page = ui.client.get(f"{ui}/runs/{second.name}", timeout=60).text
     assert tree(isolated.home) == before  # searching and showing wrote nothing
     recall = page[page.index("recalled for step 1"):]
     assert "The launch code of the rocket is PURPLE-SEVEN." in recall[:recall.index("</details>")]

@@ -39,6 +39,21 @@ def test_a_real_looking_page_becomes_readable_text(site, tmp_path):
     assert f"Source: {site.url('/article')}" in document.header()
 
 
+def test_a_page_keeps_its_links_as_absolute_urls_once_each_and_capped(site, tmp_path):
+    from miniagi.sources import MAX_LINKS
+
+    text = read_source(site.url("/guide/index.html"), tmp_path).text
+    assert text.startswith("# How the post works")
+    assert f"[described under seals]({site.url('/guide/seals.html')})" in text
+    assert f"([rates]({site.url('/stamps/index.html#rates')}))" in text
+    assert "[elsewhere](https://elsewhere.example/x)" in text
+    # a URL already given, an anchor on the page, a script and a mail address: their text alone
+    for plain in ("Again the seals page,", "back to top,", "a script,", "write to us,"):
+        assert plain in text
+    assert text.count("](") == MAX_LINKS and f"[Page {MAX_LINKS - 4}]" in text and "- Page 69" in text
+    assert text.endswith("Closing text after the many links.") and "NAV-ABOUT" not in text
+
+
 def test_url_redirects_errors_timeouts_and_types(site, tmp_path, monkeypatch):
     redirected = read_source(site.url("/redirect"), tmp_path)
     assert "largest tidal plant" in redirected.text and "redirected to" in redirected.source
@@ -168,6 +183,23 @@ def test_search_results_are_fenced_remembered_and_ingestable_by_number(llm, isol
     seen = observations_of(isolated)
     assert "<<<UNTRUSTED DATA: web search results" in seen[1]
     assert f"[1] Tidal Energy in Norway\n    {site.url('/article')}" in seen[1]
+    assert "Stored" in seen[2] and site.url("/article") in seen[2] and "/article" in site.hits
+
+
+def test_a_search_is_recorded_so_a_results_number_still_resolves_after_a_resume(llm, isolated, site):
+    backend = FakeSearch([SearchResult("Other", site.url("/plain.txt"), "gardening"),
+                          SearchResult("Tidal Energy in Norway", site.url("/article"), "Norway opened a plant")])
+    llm.responder = lambda request: "A page about a tidal plant in Norway." if request["model"] == "reader" else None
+    llm.add(act("web_search", "tidal energy norway"))
+    assert agent_for(llm, isolated, backend, max_steps=1).run("Learn about tidal energy").status != "done"
+    directory = run_dirs(isolated.home)[-1]
+    events = [json.loads(line) for line in (directory / "trace.jsonl").read_text().splitlines()]
+    (observation,) = [e for e in events if e["type"] == "observation"]
+    assert [r["url"] for r in observation["search"]] == [site.url("/plain.txt"), site.url("/article")]
+    llm.add(act("ingest_data", "2"), act("done", "ok"))
+    result = agent_for(llm, isolated, FakeSearch([]), max_steps=4).resume(directory.name)  # a new process's agent
+    assert result.status == "done"
+    seen = observations_of(isolated)
     assert "Stored" in seen[2] and site.url("/article") in seen[2] and "/article" in site.hits
 
 

@@ -9,7 +9,8 @@ Every execute_python worker and execute_shell command gets:
   enforced), else RLIMIT_NPROC set to what the user already runs plus the allowance;
 - CPU time: RLIMIT_CPU per snippet / command, on top of the wall-clock --exec-timeout;
 - file size: RLIMIT_FSIZE, and in total `--exec-disk`: every byte the run's processes write to disk is counted
-  (the kernel's per-process I/O accounting, `write_bytes`), and code that goes past it is stopped;
+  (the kernel's per-process I/O accounting, `write_bytes`), and so is every block allocated in the work directory
+  and every file made there (fallocate writes no byte); code that goes past it is stopped;
 - no core dumps.
 
 Hard limits (rlimits) can only be lowered from inside. The cgroups' files are out of the code's reach where the
@@ -49,6 +50,11 @@ class Limits:
     @property
     def disk_bytes(self) -> int:
         return self.disk_mb * 2**20
+
+    @property
+    def files(self) -> int:
+        """How many files code may make in the work directory: one per 16 KB of --exec-disk, at least 10,000."""
+        return max(10_000, self.disk_bytes // 16384)
 
 
 def _user_process_count() -> int:
@@ -208,18 +214,29 @@ def _remove(path: Path) -> None:
 
 
 class DiskMeter:
-    """Bytes the run's executed code has written to disk, against `--exec-disk`.
+    """What the run's executed code has put on disk, against `--exec-disk`: the larger of two readings.
 
-    The kernel counts, per process, the bytes it made dirty in the page cache (`write_bytes` in /proc/PID/io), and
-    adds a child's count to its parent's when the parent reaps it. So a launch's whole tree — the launcher, the
-    sandbox's init (which reaps every orphan) and what runs inside — is read as the sum over its live processes,
-    and once the launcher is reaped, from its rusage. The highest reading is kept, so processes killed when the
-    sandbox ends still count. Read four times a second while code runs: past the limit, it is stopped."""
+    - Bytes written: the kernel counts, per process, the bytes it made dirty in the page cache (`write_bytes` in
+      /proc/PID/io), and adds a child's count to its parent's when the parent reaps it. So a launch's whole tree —
+      the launcher, the sandbox's init (which reaps every orphan) and what runs inside — is read as the sum over
+      its live processes, and once the launcher is reaped, from its rusage. The highest reading is kept, so
+      processes killed when the sandbox ends still count.
+    - Blocks allocated in the work directory since the run began (st_blocks, whatever call made them:
+      `fallocate` and `posix_fallocate` dirty no page), and the number of files there, against a cap of its own
+      (`Limits.files`: empty files cost inodes, not blocks).
 
-    def __init__(self, limit_bytes: int):
+    Read four times a second while code runs (the work directory's walk no more often than twice a second, and
+    rarer when it is slow; always once a launch has ended): past the limit, the code is stopped."""
+
+    def __init__(self, limit_bytes: int, places: tuple[Path, ...] = (), file_limit: int | None = None):
         self.limit = limit_bytes
+        self.file_limit = file_limit
         self.finished = 0  # bytes written by launches that have ended
         self.live: dict[int, int] = {}  # launcher pid → the most its tree was seen to have written
+        self.places = places
+        self.base_blocks, self.base_files = _allocated(places)
+        self.grown_blocks = self.grown_files = 0
+        self._next_walk = 0.0
 
     def started(self, leader: int) -> None:
         self.live[leader] = 0
@@ -228,18 +245,62 @@ class DiskMeter:
         seen = self.live.pop(leader, 0)
         reaped = rusage.ru_oublock * 512 if rusage is not None else 0
         self.finished += max(seen, reaped)
+        if self.places:
+            self._walk()  # what the launch left (even when walks are slow)
+
+    def _walk(self) -> None:
+        started = time.monotonic()
+        blocks, files = _allocated(self.places)
+        self.grown_blocks = max(self.grown_blocks, blocks - self.base_blocks)
+        self.grown_files = max(self.grown_files, files - self.base_files)
+        now = time.monotonic()
+        self._next_walk = now + max(WALK_EVERY_S, 20 * (now - started))
 
     def written(self) -> int:
         for leader in self.live:
             self.live[leader] = max(self.live[leader], _tree_write_bytes(leader))
-        return self.finished + sum(self.live.values())
+        if self.places and time.monotonic() >= self._next_walk:
+            self._walk()
+        return max(self.finished + sum(self.live.values()), self.grown_blocks)
 
-    def left(self) -> int:
-        return max(0, self.limit - self.written())
+    def left(self, fresh: bool = False) -> int:
+        """What is left; fresh (before a snippet or command starts), with the work directory walked now: a
+        warm Python worker's snippet ends with no launch ending."""
+        if fresh and self.places:
+            self._walk()
+        left = max(0, self.limit - self.written())
+        return 0 if self.file_limit is not None and self.grown_files > self.file_limit else left
 
     def describe(self) -> str:
+        if self.file_limit is not None and self.grown_files > self.file_limit:
+            return (f"executed code has made {self.grown_files:,} files in the work directory in this run, past the "
+                    f"limit of {self.file_limit:,} that --exec-disk {self.limit // 2**20:,} gives")
         return (f"executed code has written {self.written() / 2**20:,.0f} MB to disk in this run, past its limit of "
                 f"{self.limit / 2**20:,.0f} MB (--exec-disk)")
+
+
+WALK_EVERY_S = 0.5
+
+
+def _allocated(places: tuple[Path, ...]) -> tuple[int, int]:
+    """Bytes allocated (st_blocks × 512) and entries, under these folders; links are not followed and other file
+    systems mounted inside are counted too (the --sandbox-allow ones are bound there)."""
+    blocks = files = 0
+    pending = [str(place) for place in places]
+    while pending:
+        try:
+            with os.scandir(pending.pop()) as entries:
+                for entry in entries:
+                    files += 1
+                    try:
+                        blocks += entry.stat(follow_symlinks=False).st_blocks * 512
+                        if entry.is_dir(follow_symlinks=False):
+                            pending.append(entry.path)
+                    except OSError:
+                        continue
+        except OSError:
+            continue
+    return blocks, files
 
 
 def _tree_write_bytes(leader: int) -> int:
@@ -283,10 +344,10 @@ class RunLimits:
     worker.py) and the `ulimit` line that starts each shell command (so no code of ours runs between fork and
     exec)."""
 
-    def __init__(self, limits: Limits):
+    def __init__(self, limits: Limits, workdir: Path | None = None):
         self.limits = limits
         self.cgroups = RunCgroups(limits)
-        self.disk = DiskMeter(limits.disk_bytes)
+        self.disk = DiskMeter(limits.disk_bytes, (workdir,) if workdir else (), limits.files)
         # RLIMIT_NPROC counts every process of the user; root ignores it (the cgroup covers root)
         self.nproc = (None if self.cgroups.limits_processes or os.getuid() == 0
                       else _user_process_count() + limits.processes)

@@ -1,5 +1,6 @@
 """PID 1 of the namespace that executed code runs in (see sandbox.py). Standard library only: it is started as
-`python -I -S nsinit.py LIFELINE_FD [--drop-privileges] -- COMMAND…`, before any of miniagi could be imported.
+`python -I -S nsinit.py LIFELINE_FD [--drop-privileges | --become-root] [--scope-sockets] -- COMMAND…`, before
+any of miniagi could be imported.
 
 It starts COMMAND, reaps every process that ends in the namespace (orphans are handed to PID 1, and nobody else
 would collect them: 200 zombies once used up the run's process allowance), and exits with COMMAND's status —
@@ -10,7 +11,15 @@ does not outlive an agent that was killed.
 With --drop-privileges (the namespace sandbox, made by `unshare --user --map-root-user`, where the code would
 otherwise hold every capability of its user namespace, and as real root, write access to every root-owned file),
 it first remounts the cgroup file systems read-only, so the run's process and memory caps cannot be raised or
-left, then drops every capability for good: `umount /proc` can no longer bring the host's /proc back.
+left, and /proc (whose /proc/sys a uid 0 that is the host's root could write), then drops every capability for
+good: `umount /proc` can no longer bring the host's /proc back.
+
+With --become-root (bwrap started by root, see hostids.py: bwrap leaves it every capability of a user namespace
+where the host's root is not mapped), it takes that namespace's uid and gid 0 (nobody outside) and no
+supplementary group, then drops every capability the same way.
+
+With --scope-sockets it puts itself, and so everything it starts, in a Landlock domain that reaches no abstract
+unix socket of the host (see scope_abstract_sockets).
 """
 
 import os
@@ -20,12 +29,14 @@ import sys
 
 MS_RDONLY, MS_REMOUNT, MS_BIND, MS_RELATIME = 1, 32, 4096, 1 << 21
 PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 24, 38
+SYS_LANDLOCK_CREATE_RULESET, SYS_LANDLOCK_RESTRICT_SELF = 444, 446  # asm-generic numbers: x86_64 and aarch64
+LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET, LANDLOCK_SCOPE_SIGNAL = 1, 2
 # statvfs flags that a remount must keep (they may be locked), mapped to mount flags
 KEPT_FLAGS = ((os.ST_NOSUID, 2), (os.ST_NODEV, 4), (os.ST_NOEXEC, 8), (os.ST_NOATIME, 1024),
               (os.ST_NODIRATIME, 2048), (os.ST_RELATIME, MS_RELATIME))
 
 
-def drop_privileges() -> None:
+def drop_privileges(remount: bool = True) -> None:
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
@@ -38,6 +49,9 @@ def drop_privileges() -> None:
     with open("/proc/self/mounts") as mounts:
         points = [fields[1] for fields in map(str.split, mounts)
                   if len(fields) > 2 and (fields[2] in ("cgroup", "cgroup2") or fields[1] == "/sys/fs/cgroup")]
+    # /proc too: as real root, code's uid 0 is the host's for /proc/sys (kernel.core_pattern runs a program as
+    # root at the next crash) and /proc/sysrq-trigger, whatever capabilities it lacks
+    points = [*points, "/proc"] if remount else []
     for point in points:
         kept = os.statvfs(point).f_flag
         flags = MS_REMOUNT | MS_BIND | MS_RDONLY | sum(flag for st, flag in KEPT_FLAGS if kept & st)
@@ -58,13 +72,52 @@ def drop_privileges() -> None:
     check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "setting no_new_privs")
 
 
+def scope_abstract_sockets() -> None:
+    """Landlock (Linux 6.12+, ABI 6): this process and all it starts can no longer connect to an abstract unix
+    socket made outside of it (X11's @/tmp/.X11-unix/X0, D-Bus, containerd…) nor signal a process outside.
+    Abstract sockets belong to a network namespace, which code with the network on shares with the host."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+
+    class Ruleset(ctypes.Structure):
+        _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
+                    ("scoped", ctypes.c_uint64)]
+
+    def check(result: int, what: str) -> int:
+        if result < 0:
+            errno = ctypes.get_errno()
+            raise OSError(errno, f"{what}: {os.strerror(errno)}")
+        return result
+
+    ruleset = Ruleset(0, 0, LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET | LANDLOCK_SCOPE_SIGNAL)
+    fd = check(libc.syscall(SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(ruleset), ctypes.sizeof(ruleset), 0),
+               "creating a Landlock ruleset")
+    try:
+        check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "setting no_new_privs")
+        check(libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, fd, 0), "scoping abstract unix sockets (Landlock)")
+    finally:
+        os.close(fd)
+
+
 def main() -> int:
     lifeline = int(sys.argv[1])
     flags, argv = sys.argv[2:sys.argv.index("--")], sys.argv[sys.argv.index("--") + 1:]
-    if "--drop-privileges" in flags:
+    if "--drop-privileges" in flags or "--become-root" in flags:
         try:
-            drop_privileges()
+            if "--become-root" in flags:  # bwrap started by root: become the namespace's root, nobody outside
+                os.setgroups([])
+                os.setresgid(0, 0, 0)
+                os.setresuid(0, 0, 0)
+            drop_privileges(remount="--drop-privileges" in flags)
         except OSError as exc:  # never run code with privileges it was meant not to have
+            print(f"nsinit: {exc.strerror}", file=sys.stderr)
+            return 125
+    if "--scope-sockets" in flags:
+        try:
+            scope_abstract_sockets()
+        except OSError as exc:  # the sandbox line said they are out of reach
             print(f"nsinit: {exc.strerror}", file=sys.stderr)
             return 125
     # interrupts are for the command: the agent sends SIGINT to the whole process group on a timeout

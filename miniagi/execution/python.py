@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from .limits import RunLimits
-from .output import ExecResult, clear, output_file, read_capped
+from .output import ExecResult, clear, output_file, read_capped, watched
 from .processes import Started, describe_exit, kill_group_members, kill_process_group
 from .sandbox import Launch, Sandbox
 
@@ -68,6 +68,7 @@ class PythonSession:
         self.buffer = bytearray()
         self.scanned = 0  # how much of the buffer holds no newline: each byte is looked at once
         self.runs = 0
+        self.on_output: Callable[[str], None] | None = None  # told each line of output as the code prints it
 
     def _start(self) -> None:
         request_read, request_write = os.pipe()
@@ -113,7 +114,7 @@ class PythonSession:
         return self.worker is not None and self.worker.poll() is None
 
     def run(self, code: str, label: str | None = None) -> ExecResult:
-        disk_left = self.limits.disk.left() if self.limits else None
+        disk_left = self.limits.disk.left(fresh=True) if self.limits else None
         if disk_left == 0:
             return ExecResult("", ok=False, note=f"Not run: {self.limits.disk.describe()}. Nothing more can be "
                                                  "written in this run; say what you have, or finish.")
@@ -135,7 +136,8 @@ class PythonSession:
         try:
             self._send({"id": request_id, "code": code, "label": label or f"<code {self.runs}>",
                         "file_bytes": self.limits.file_allowance(disk_left) if self.limits else None})
-            reply = self._serve_tools(request_id)
+            with watched(self.output, self.on_output):
+                reply = self._serve_tools(request_id)
         except TimeoutError:
             return self._stop_snippet(f"Timed out after {self.timeout_s:g} s (--exec-timeout)",
                                       "Make long work faster or split it into smaller steps.")

@@ -25,7 +25,7 @@ class CodeRunner:
         # the working directory is the code's home: caches and dotfiles it writes stay with the work
         self.env = dict(child_environment(environ, settings.pass_env), HOME=str(self.workdir))
         self.limits = RunLimits(Limits(memory_mb=settings.exec_memory, cpu_s=settings.exec_timeout or 3600,
-                                       disk_mb=settings.exec_disk))
+                                       disk_mb=settings.exec_disk), self.workdir)
         policy = Policy(workdir=self.workdir,
                         # the agent's own files: runs, traces, memory, and the .env files it reads
                         hidden=(settings.home_path, Path.cwd() / ".env", self.workdir / ".env"),
@@ -40,6 +40,7 @@ class CodeRunner:
         self.tools = list(tools)
         self.tool_handler = tool_handler
         self._python: PythonSession | None = None
+        self.on_output: Callable[[str], None] | None = None  # told each line code prints, as it prints it
         self.warned = False  # what is not protected is said once, however many runs share this (a chat)
 
     @property
@@ -48,6 +49,10 @@ class CodeRunner:
 
     def describe(self) -> str:
         return self.sandbox.describe()
+
+    def whole(self) -> bool:
+        """Whether the sandbox holds everything the strongest kind can: then its name says enough."""
+        return self.sandbox.whole()
 
     def warning(self) -> str:
         """What is not protected here, in words ("" when everything is)."""
@@ -64,6 +69,7 @@ class CodeRunner:
         if self._python is None:
             self._python = PythonSession(self.workdir, self.env, self.settings.exec_timeout, self.max_chars,
                                          self.limits, self.sandbox, tools=self.tools, tool_handler=self.tool_handler)
+        self._python.on_output = self.on_output
         return self._python
 
     def run_python(self, code: str, label: str | None = None) -> ExecResult:
@@ -71,7 +77,7 @@ class CodeRunner:
 
     def run_shell(self, command: str) -> ExecResult:
         return run_shell(command, self.workdir, self.env, self.settings.exec_timeout, self.max_chars, self.limits,
-                         self.sandbox)
+                         self.sandbox, on_output=self.on_output)
 
     def close(self) -> None:
         if self._python is not None:

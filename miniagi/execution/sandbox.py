@@ -3,13 +3,17 @@ line, `command` and `spared` find the command's and the sandbox's own processes,
 
 - `Bubblewrap` (`--sandbox bwrap`): bubblewrap, as Flatpak and Claude Code use it. The code's file system is the
   work directory (read-write), a private /tmp, and the rest of the system read-only; `$MINIAGI_HOME`, the `.env`
-  files miniagi reads and the user's secrets in the home (~/.ssh, ~/.aws, ~/.config, ~/.netrc, shell histories…)
-  are hidden, and so are /run's sockets; miniagi's own installation is read-only wherever it lives. PID, IPC, UTS
-  and cgroup namespaces of its own, every capability dropped, no new user namespaces inside.
+  files miniagi reads and every home ($HOME, /root, /home/*: empty directories, the work directory and the
+  --sandbox-allow paths bound back in, and the programs of the PATH read-only) are hidden, and so are /run's
+  sockets; miniagi's own installation is read-only wherever it lives; /proc is read-only. PID, IPC, UTS and
+  cgroup namespaces of its own, every capability dropped, no new user namespaces inside. Started by root, the
+  code's uid is nobody on the host, not root (hostids.py: a user namespace of our making, the work directory
+  idmapped); where that cannot be had, the sandbox line says so.
 - `Namespace` (`--sandbox namespace`): util-linux `unshare --user --map-root-user --pid --fork --mount-proc`, no
   privilege needed: /proc shows only the code's own processes, so the agent (its environment, memory, command line)
   is out of sight and out of reach of `kill`. Its init drops every privilege after remounting the cgroup files
-  read-only, so `umount /proc` cannot bring the host's back and the limits stay. Files are not protected.
+  read-only, and /proc: `umount /proc` cannot bring the host's back, the limits stay, /proc/sys cannot be
+  written. Files are not protected; run by root, the code's uid is the host's root for them.
 - `Unconfined` (`--sandbox none`): a process group of its own, nothing more.
 
 Under both namespace kinds PID 1 is nsinit.py, which reaps orphans and ends everything when the agent is gone.
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import os
+import select
 import shlex
 import shutil
 import subprocess
@@ -33,6 +38,9 @@ from ..config import ConfigError
 from .limits import children
 
 NSINIT = Path(__file__).resolve().with_name("nsinit.py")
+HOSTIDS = Path(__file__).resolve().with_name("hostids.py")
+EMPTY = Path(__file__).resolve().with_name("empty")  # laid over hidden files
+NOBODY = 65534  # the code's uid and gid on the host under bwrap started by root
 INNER_COMMAND_PID = 2  # nsinit is 1 and forks the command first
 INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap; "
                 "Arch: pacman -S bubblewrap)")
@@ -123,6 +131,10 @@ class Sandbox:
     def describe(self) -> str:
         raise NotImplementedError
 
+    def whole(self) -> bool:
+        """Whether it holds everything the strongest kind can (then the header's name for it is enough)."""
+        return False
+
     def unprotected(self) -> str:
         """What this kind leaves open, for the warning ("" for none)."""
         return ""
@@ -141,10 +153,12 @@ class Unconfined(Sandbox):
         return "none — code runs as you, with your files, processes and network"
 
     def unprotected(self) -> str:
-        root = " As root it can also lift its own process and memory limits." if os.getuid() == 0 else ""
-        return ("it runs as you: it can see the agent's process and environment in /proc and signal it, and read "
-                "and write every file you can — your home's secrets (~/.ssh, ~/.aws, ~/.config…), $MINIAGI_HOME "
-                f"(runs, traces, memory), ./.env and miniagi's own installation.{root}")
+        root = (" As root it can also lift its own process and memory limits and write /proc/sys (kernel settings)."
+                if os.getuid() == 0 else "")
+        return ("it runs as you: it can see the agent's process and environment in /proc and signal it, reach the "
+                "host's abstract unix sockets (X11, D-Bus…), and read and write every file you can — your home's "
+                "secrets (~/.ssh, ~/.aws, ~/.config…), $MINIAGI_HOME (runs, traces, memory), ./.env and miniagi's "
+                f"own installation.{root}")
 
 
 class NamespaceSandbox(Sandbox):
@@ -157,7 +171,14 @@ class NamespaceSandbox(Sandbox):
         self._lifeline_read, self._lifeline_write = os.pipe()
 
     def _nsinit(self, argv: list[str], *flags: str) -> list[str]:
-        return [sys.executable, "-I", "-S", str(NSINIT), str(self._lifeline_read), *flags, "--", *argv]
+        scoped = ("--scope-sockets",) if sockets_scoped() else ()
+        return [sys.executable, "-I", "-S", str(NSINIT), str(self._lifeline_read), *flags, *scoped, "--", *argv]
+
+    def _sockets(self) -> str:
+        """What the sandbox line says of the host's abstract unix sockets, when they are in reach."""
+        if self.policy.network and not sockets_scoped():
+            return "; the host's abstract unix sockets reachable (Landlock ABI 6, Linux 6.12+, is not here)"
+        return ""
 
     def command(self, leader: int) -> int | None:
         for init in children(leader):
@@ -193,27 +214,69 @@ class Namespace(NamespaceSandbox):
         return Launch(self._launcher([self.program, *flags, *inner], ignore_interrupt=True), (self._lifeline_read,))
 
     def describe(self) -> str:
+        root = "; code's uid is the host's root" if os.geteuid() == 0 else ""
         return (f"namespace — its own processes only; files not protected; "
-                f"network {'on' if self.policy.network else 'off'}")
+                f"network {'on' if self.policy.network else 'off'}{self._sockets()}{root}")
 
     def unprotected(self) -> str:
+        # unshare maps the code's uid 0 to ours: no unprivileged id could write the work directory here
+        root = (" Run as root, its uid 0 is the host's root for files: every file on the system is in its reach "
+                "(/proc, with /proc/sys, is read-only)." if os.geteuid() == 0 else "")
         return ("it cannot see or signal the agent, but it can read and write every file you can — your home's "
                 "secrets (~/.ssh, ~/.aws, ~/.config…), $MINIAGI_HOME (runs, traces, memory), ./.env and miniagi's "
-                "own installation.")
+                f"own installation.{root}")
+
+
+class HostIds:
+    """The namespaces hostids.py makes for a bwrap started by root: a mount namespace where the work directory and
+    the --sandbox-allow paths are idmapped (their owner's files are nobody's), and a user namespace where the
+    code's uid is nobody outside too. Held as descriptors for the sandbox's life."""
+
+    def __init__(self, paths: list[Path]):
+        helper = subprocess.Popen([sys.executable, "-I", "-S", str(HOSTIDS), str(NOBODY), str(NOBODY),
+                                   *map(str, paths)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.DEVNULL)
+        try:
+            ready, _, _ = select.select([helper.stdout], [], [], 30)
+            answer = (helper.stdout.readline() if ready else b"error it did not answer").decode().split()
+            if answer[:1] != ["ready"]:
+                raise OSError(0, " ".join(answer[1:]) or "it ended")
+            self.mount_fd = os.open(f"/proc/{answer[1]}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+            self.setup_fd, self.code_fd = (os.open(f"/proc/{answer[1]}/fd/{fd}", os.O_RDONLY | os.O_CLOEXEC)
+                                           for fd in answer[2:4])
+        finally:
+            helper.stdin.close()
+            try:
+                helper.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                helper.kill()
+                helper.wait()
+
+    def close(self) -> None:
+        for fd in (self.mount_fd, self.setup_fd, self.code_fd):
+            if fd >= 0:
+                os.close(fd)
+        self.mount_fd = self.setup_fd = self.code_fd = -1
 
 
 class Bubblewrap(NamespaceSandbox):
     kind = "bwrap"
-    NAMESPACES = ("--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try")
+    NAMESPACES = ("--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try")
 
     def __init__(self, policy: Policy):
         super().__init__(policy)
         self.no_nested_userns = True  # --disable-userns (bubblewrap 0.8+); dropped when this bwrap refuses it
+        self.host_ids: HostIds | None = None  # as root: the code's uid is nobody on the host
+        self.host_root = ""  # as root without them: why the code's uid is the host's root
 
     def _find_program(self) -> str | None:
         return shutil.which("bwrap", path=self.policy.path)
 
     def probe(self) -> str:
+        if os.geteuid() == 0 and self.program:
+            self.host_root = self._unprivileged()
+            if self.host_ids:
+                return ""
         why = super().probe()
         if why and self.program:
             self.no_nested_userns = False
@@ -222,19 +285,61 @@ class Bubblewrap(NamespaceSandbox):
             self.no_nested_userns = True
         return why
 
+    def _unprivileged(self) -> str:
+        """Run the code as nobody on the host (see hostids.py); why not, when that cannot be had here."""
+        self.nsenter = shutil.which("nsenter", path=self.policy.path)
+        if self.nsenter is None:
+            return "no nsenter"
+        paths = [p for p in (_real(a) for a in (self.policy.workdir, *self.policy.allowed)) if p is not None]
+        try:
+            self.host_ids = HostIds([p for p in paths if not any(_under(p, q) for q in paths if q != p)])
+        except OSError as exc:
+            return str(exc.strerror or exc)
+        why = super().probe()
+        if why:
+            self.host_ids.close()
+            self.host_ids = None
+        return why
+
     def launch(self, argv: list[str]) -> Launch:
-        flags = [*self.NAMESPACES, *(() if self.policy.network else ("--unshare-net",)),
-                 *(("--disable-userns",) if self.no_nested_userns else ()), "--cap-drop", "ALL", "--as-pid-1",
-                 *file_system(self.policy), "--chdir", str(self.policy.workdir)]
-        argv = [self.program, *flags, "--", *self._nsinit(argv)]
-        return Launch(self._launcher(argv, ignore_interrupt=True), (self._lifeline_read,))
+        prefix, fds, inits = [], [self._lifeline_read], ()
+        if self.host_ids:  # bwrap in the idmapped mount namespace; nsinit drops what it leaves
+            ids = self.host_ids
+            prefix = [self.nsenter, f"--mount=/proc/self/fd/{ids.mount_fd}", "--"]
+            # bwrap, in the code's namespace where the host's root is not mapped, would leave it the host's uid 0
+            # with no capability to give it up: nsinit gets them all there, takes that namespace's uid 0 (nobody
+            # outside) and drops them
+            users = ["--userns", str(ids.setup_fd), "--userns2", str(ids.code_fd), "--cap-add", "ALL"]
+            fds += [ids.mount_fd, ids.setup_fd, ids.code_fd]
+            inits = ("--become-root",)
+        else:
+            users = ["--unshare-user", *(("--disable-userns",) if self.no_nested_userns else ()), "--cap-drop", "ALL"]
+        flags = [*users, *self.NAMESPACES, *(() if self.policy.network else ("--unshare-net",)),
+                 "--as-pid-1", *file_system(self.policy), "--chdir", str(self.policy.workdir)]
+        argv = [*prefix, self.program, *flags, "--", *self._nsinit(argv, *inits)]
+        return Launch(self._launcher(argv, ignore_interrupt=True), tuple(fds))
 
     def environment(self, env: dict[str, str]) -> dict[str, str]:
         return dict(env, TMPDIR="/tmp")  # the one /tmp it can write
 
+    def whole(self) -> bool:
+        return (self.host_ids is not None or os.geteuid() != 0) and not self._sockets()
+
     def describe(self) -> str:
-        return ("bwrap — work directory read-write, private /tmp, the rest read-only; $MINIAGI_HOME, .env and the "
-                f"home's secrets hidden; network {'on' if self.policy.network else 'off'}")
+        who = ""
+        if self.host_ids:
+            who = "; code runs as nobody"
+        elif os.geteuid() == 0:
+            who = f"; code's uid is the host's root ({self.host_root or 'no idmapped mount here'})"
+        mode = "read-write" if os.access(self.policy.workdir, os.W_OK) else "read-only (not writable by you)"
+        return (f"bwrap — work directory {mode}, private /tmp, the rest read-only; $MINIAGI_HOME and .env hidden, "
+                f"homes empty; network {'on' if self.policy.network else 'off'}{self._sockets()}{who}")
+
+    def close(self) -> None:
+        if self.host_ids:
+            self.host_ids.close()
+            self.host_ids = None
+        super().close()
 
 
 SANDBOXES: dict[str, type[Sandbox]] = {"bwrap": Bubblewrap, "namespace": Namespace, "none": Unconfined}
@@ -278,14 +383,22 @@ def file_system(policy: Policy) -> list[str]:
 
     home = _real(Path.home())
     secrets = [home / name for name in HOME_SECRETS] if home and home != Path("/") else []
+    # every home is an empty directory, but for the work directory (and --sandbox-allow) bound back into it;
+    # a home the work directory holds is the work directory's to show
+    homes = [h for h in homes_of_users() if not (workdir and _under(h, workdir))]
     hidden = [p for p in (_real(path) for path in (*policy.hidden, *secrets, *map(Path, SYSTEM_SECRETS),
                                                     Path("/run"), Path("/var/run"))) if p is not None]
     rule(workdir, "rw", 0)
-    for path in hidden:
+    for path in [*homes, *hidden]:
         rule(path, "hide", 2)
-    # the interpreter and packages the worker and nsinit run from, wherever a rule above would touch them
-    covered = [Path("/tmp"), *([workdir] if workdir else []), *hidden]
-    for path in _installation():
+    # the interpreter and packages the worker and nsinit run from, and the programs of the PATH, wherever a rule
+    # above would touch them (a version manager's shims need its root: pyenv, rbenv, nodenv, asdf)
+    covered = [Path("/tmp"), *([workdir] if workdir else []), *homes, *hidden]
+    programs = [p for p in (_real(Path(entry)) for entry in (policy.path or "").split(os.pathsep)
+                            if entry.startswith("/")) if p is not None and p.is_dir()]
+    programs = [p.parent if p.name == "shims" else p for p in programs]
+    programs = [p for p in programs if not any(_under(p, secret) for secret in hidden)]
+    for path in [*_installation(), *programs]:
         if any(_under(path, place) for place in covered):
             rule(path, "ro", 1)
     resolver = _real(Path("/etc/resolv.conf"))  # often a link into /run (systemd-resolved, resolvconf)
@@ -294,21 +407,73 @@ def file_system(policy: Policy) -> list[str]:
     for path in allowed:
         rule(path, "rw" if workdir and _under(path, workdir) else "ro", 3)
 
-    args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--size", str(policy.tmp_bytes),
-            "--tmpfs", "/tmp"]
-    remount = []
+    # one read-only bind covers those below it, and a hidden directory what it holds (~/.ssh in an empty home
+    # is missing, not an empty mount point)
+    for path in [p for p, (_, how) in rules.items() if how in ("ro", "hide")]:
+        enclosing = [p for p in rules if p != path and _under(path, p)]
+        if enclosing and rules[max(enclosing, key=lambda p: len(p.parts))][1] == rules[path][1]:
+            del rules[path]
+
+    # /proc read-only: /proc/sys and /proc/sysrq-trigger check the uid, not capabilities
+    args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--remount-ro", "/proc",
+            "--size", str(policy.tmp_bytes), "--perms", "1777", "--tmpfs", "/tmp"]
+    remount, made = [], set()
+    fresh = [Path("/tmp"), *(p for p, (_, how) in rules.items() if how == "hide" and p.is_dir())]  # tmpfs
     for path in sorted(rules, key=lambda p: len(p.parts)):
         how = rules[path][1]
+        # the directories leading to a mount point in a tmpfs, made world-searchable (bwrap would copy the mode
+        # of the host's, 0700 for a pytest or a user's folder, which code running as nobody could not cross)
+        for above in reversed(path.parents):
+            enclosing = max((p for p in (*fresh, *rules) if above != p and _under(above, p)),
+                            key=lambda p: len(p.parts), default=None)
+            if enclosing in fresh and above not in made and above not in rules:
+                args += ["--perms", "0755", "--dir", str(above)]
+                made.add(above)
         if how == "hide" and path.is_dir():
             args += ["--tmpfs", str(path)]
             remount.append(str(path))  # read-only last, once the mounts inside it are made
         elif how == "hide":
-            args += ["--ro-bind", "/dev/null", str(path)]
+            args += ["--ro-bind", _empty_file(), str(path)]
         else:
             args += ["--bind" if how == "rw" else "--ro-bind", str(path), str(path)]
     for path in reversed(remount):
         args += ["--remount-ro", path]
     return args
+
+
+def _empty_file() -> str:
+    """An empty regular file to lay over a hidden file, read-only: /dev/null, bound without its device (bwrap's
+    binds are nodev), reads as "Permission denied" instead of the empty file the docs promise. It ships with
+    miniagi; should code under a weaker kind have written into it, /dev/null it is."""
+    return str(EMPTY) if EMPTY.is_file() and EMPTY.stat().st_size == 0 else "/dev/null"
+
+
+@functools.lru_cache(maxsize=1)
+def sockets_scoped() -> bool:
+    """Whether Landlock can keep code from the host's abstract unix sockets here (ABI 6, Linux 6.12+): nsinit
+    then scopes every namespace kind's code (see nsinit.scope_abstract_sockets)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    return libc.syscall(444, None, 0, 1) >= 6  # landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)
+
+
+def homes_of_users() -> list[Path]:
+    """Where users keep their files: $HOME, the user's home in the password database, /root and what /home
+    holds (their links resolved)."""
+    import pwd
+
+    places = [Path("/root")]
+    try:
+        places += [Path.home(), Path(pwd.getpwuid(os.getuid()).pw_dir)]
+    except (KeyError, RuntimeError):
+        pass
+    try:
+        places += [entry for entry in Path("/home").iterdir() if entry.is_dir()]
+    except OSError:
+        pass
+    return [p for p in dict.fromkeys(_real(place) for place in places) if p is not None and p != Path("/")]
 
 
 @functools.lru_cache(maxsize=1)

@@ -7,10 +7,10 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 from .limits import RunLimits
-from .output import ExecResult, output_file, read_capped
+from .output import ExecResult, Tail, output_file, read_capped
 from .processes import Started, describe_exit, kill_process_group
 from .sandbox import Launch, Sandbox
 
@@ -23,8 +23,9 @@ def shell_program() -> list[str]:
 
 
 def run_shell(command: str, workdir: Path, env: Mapping[str, str], timeout_s: float, max_chars: int,
-              limits: RunLimits | None = None, sandbox: Sandbox | None = None) -> ExecResult:
-    disk_left = limits.disk.left() if limits else None
+              limits: RunLimits | None = None, sandbox: Sandbox | None = None,
+              on_output: Callable[[str], None] | None = None) -> ExecResult:
+    disk_left = limits.disk.left(fresh=True) if limits else None
     if disk_left == 0:
         return ExecResult("", ok=False, note=f"Not run: {limits.disk.describe()}. Nothing more can be written in "
                                              "this run; say what you have, or finish.")
@@ -43,6 +44,7 @@ def run_shell(command: str, workdir: Path, env: Mapping[str, str], timeout_s: fl
             limits.disk.started(process.pid)
         stopped = ""
         deadline = time.monotonic() + timeout_s if timeout_s else None
+        tail = Tail(output, on_output)  # its lines to whoever watches, as they come
         while True:
             left = None if deadline is None else deadline - time.monotonic()
             code = started.wait(CHECK_EVERY_S if left is None else max(0.0, min(CHECK_EVERY_S, left)))
@@ -58,6 +60,7 @@ def run_shell(command: str, workdir: Path, env: Mapping[str, str], timeout_s: fl
                 kill_process_group(process.pid)
                 started.wait()
                 break
+        tail.stop()
         # background jobs end with the command (start long-lived servers from execute_python instead)
         kill_process_group(process.pid)
         if limits:

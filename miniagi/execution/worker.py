@@ -250,6 +250,7 @@ class SourceText(str):
 
 
 TYPES = {"str": str, "list[str]": list[str], "list[SearchResult]": list[SearchResult]}  # the commands' annotations
+JSON_TYPES = {"str": str, "int": int, "float": float, "bool": bool, "list": list, "dict": dict}  # an MCP tool's
 
 
 class ToolError(Exception):
@@ -261,21 +262,33 @@ def make_tool(spec: dict, requests, responses):
     (through the worker's channel) and returns what it observed: the agent applies its approval, limits,
     redaction and cost accounting. The arguments travel by name, as a JSON object."""
     lock = threading.Lock()
-    signature = inspect.Signature(
-        [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=TYPES[kind])
-         for name, kind in spec["params"]], return_annotation=TYPES[spec["returns"]])
+    if spec.get("json"):  # an MCP tool: JSON-typed arguments, the optional ones may be left out
+        signature = inspect.Signature(
+            [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=JSON_TYPES.get(kind, object),
+                               default=inspect.Parameter.empty if required else default)
+             for name, kind, required, default in spec["params"]]
+            + ([inspect.Parameter("_other", inspect.Parameter.VAR_KEYWORD)] if spec.get("more") else []),
+            return_annotation=str)
+    else:
+        signature = inspect.Signature(
+            [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=TYPES[kind])
+             for name, kind in spec["params"]], return_annotation=TYPES[spec["returns"]])
 
     def tool(*args, **kwargs):
         if os.getpid() != WORKER_PID:
             raise ToolError(f"{spec['name']} can be called from the main Python process only, not from a fork")
         bound = signature.bind(*args, **kwargs)
-        arguments = {name: value if isinstance(value, str) else
-                     [str(item) for item in value] if isinstance(value, (list, tuple)) else str(value)
-                     for name, value in bound.arguments.items()}
+        if spec.get("json"):
+            arguments = {name: value for name, value in bound.arguments.items() if value is not None}
+            arguments.update(arguments.pop("_other", {}) if spec.get("more") else {})
+        else:
+            arguments = {name: value if isinstance(value, str) else
+                         [str(item) for item in value] if isinstance(value, (list, tuple)) else str(value)
+                         for name, value in bound.arguments.items()}
         with lock:
             sys.stdout.flush()
             sys.stderr.flush()
-            responses.write("\n" + json.dumps({"tool": spec["name"], "arg": json.dumps(arguments)}) + "\n")
+            responses.write("\n" + json.dumps({"tool": spec["name"], "arg": json.dumps(arguments, default=str)}) + "\n")
             responses.flush()
             line = requests.readline()
         if not line:
@@ -286,6 +299,8 @@ def make_tool(spec: dict, requests, responses):
         data = answer.get("data")
         if isinstance(data, list):
             return [SearchResult(**item) for item in data]
+        if isinstance(data, dict) and "error" in data:  # the command failed (an MCP tool's error)
+            raise ToolError(data["error"])
         if isinstance(data, dict):
             return SourceText(data["text"], data["fence"])
         return answer.get("result", "")
@@ -300,6 +315,8 @@ def serve(requests, responses, output_fd: int, limits: dict, tools: list) -> Non
     namespace = {"__name__": "__main__", "__builtins__": __builtins__}
     namespace.update({spec["name"]: make_tool(spec, requests, responses) for spec in tools})
     signal.signal(signal.SIGXCPU, on_cpu_limit)
+    for stream in (sys.__stdout__, sys.__stderr__):  # each printed line reaches the file at once: it is watched
+        stream.reconfigure(line_buffering=True)
     responses.write(json.dumps({"status": "ready"}) + "\n")  # the snippet's clock starts after start-up
     responses.flush()
     for line in requests:

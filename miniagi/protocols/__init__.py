@@ -50,13 +50,20 @@ class Decision:
 
     thought: str
     command: str
-    args: dict
+    args: dict  # as the command takes them: its parameters' types
     note: str = ""  # something the model should be told about how its reply was read
+    given: dict | None = None  # the arguments object exactly as the model sent it (json, tools), when it sent one
+
+    @property
+    def call(self) -> dict:
+        """The call's arguments as one JSON object: what the trace records and the history shows back."""
+        return self.args if self.given is None else self.given
 
     @property
     def arg(self) -> str:
-        """The arguments as one text (the tags form): what the trace records and the loop compares."""
-        return COMMANDS[self.command].text(self.args)
+        """The arguments as one text, the tags form: what the terminal shows and the loop compares."""
+        from .tags import join_args
+        return join_args(COMMANDS[self.command], self.args)
 
 
 class MalformedReply(Exception):
@@ -142,7 +149,7 @@ def one_command_line(decision: Decision) -> Decision:
                f"{len(rest.splitlines())} more line(s) beginning {rest.strip()[:80]!r}. To run a script, write it to "
                "a file first or use execute_python.")
     return Decision(decision.thought, decision.command, {"command_line": first},
-                    "\n\n".join(filter(None, [decision.note, dropped])))
+                    "\n\n".join(filter(None, [decision.note, dropped])), decision.given)
 
 
 def _incomplete(line: str) -> bool:
@@ -170,6 +177,37 @@ def lenient_json(text: str):
     raise ValueError(str(problem))
 
 
+def call_arguments(command: Command, values) -> tuple[dict, dict | None]:
+    """A JSON reply's arguments, leniently: under their own names; or, when none is, the text form under "arg" (the
+    older json format) or in the only value given, whatever its name. Returns the arguments as the command takes
+    them and the object as the model sent it (None when it strayed from the parameters' names: the history then
+    shows the call in the standard form, which teaches it)."""
+    from .tags import split_args
+    if not isinstance(values, dict):
+        return split_args(command, values if isinstance(values, str) else _as_text(values)), None
+    if not {p.name for p in command.parameters} & values.keys():
+        loose = values.get("arg", next(iter(values.values())) if len(values) == 1 else None)
+        if loose is not None:
+            return split_args(command, loose if isinstance(loose, str) else _as_text(loose)), None
+    return command.arguments(values), values
+
+
+def shown_arguments(record: StepRecord) -> dict:
+    """A step's arguments as its call is shown back: the object recorded, or (traces older than it) read from the
+    text form."""
+    from .tags import split_args
+    if record.args is not None:
+        return record.args
+    command = COMMANDS.get(record.command)
+    return split_args(command, record.arg) if command else {"arg": record.arg}
+
+
+def _as_text(value) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
 def placeholders(command: Command) -> dict:
     """Its arguments as placeholders: {"question": "…", "sources": ["…"]}."""
+    if command.json_argument:
+        return command.placeholders()
     return {p.name: ["…"] if p.is_list else "…" for p in command.parameters}

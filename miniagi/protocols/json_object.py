@@ -9,7 +9,8 @@ import json
 
 from ..commands import COMMANDS, Command, actions
 from . import (EXAMPLE_ANSWER, EXAMPLE_CODE, EXAMPLE_FIX, EXAMPLE_LAST_THOUGHT, EXAMPLE_OBJECTIVE, EXAMPLE_RESULT,
-               EXAMPLE_THOUGHT, Decision, MalformedReply, ReplyFormat, check_command, lenient_json, placeholders)
+               EXAMPLE_THOUGHT, Decision, MalformedReply, ReplyFormat, call_arguments, check_command, lenient_json,
+               placeholders, shown_arguments)
 
 
 def action_object(thought: str, command: str, args: dict) -> str:
@@ -48,11 +49,11 @@ class JsonFormat(ReplyFormat):
         name = check_command(values["command"], completion.text, self.how)
         # the arguments under "args"; or, from a model that strays, beside the command or as the older "arg" text
         args = values.get("args", {k: v for k, v in values.items() if k not in ("thought", "command")})
-        return Decision(str(values.get("thought", "")).strip(), name, COMMANDS[name].arguments(args))
+        args, given = call_arguments(COMMANDS[name], args)
+        return Decision(str(values.get("thought", "")).strip(), name, args, given=given)
 
     def reply(self, record) -> dict:
-        command = COMMANDS.get(record.command)
-        args = command.parse(record.arg) if command else {"arg": record.arg}
+        args = shown_arguments(record)
         return {"role": "assistant", "content": action_object(record.thought, record.command, args)}
 
     def usage(self, command: Command) -> str:

@@ -18,6 +18,54 @@ _THOUGHT = re.compile(r"<r>(?P<thought>.*?)(?:</r>|\Z)", re.S | re.I)
 _NEXT_ACTION = re.compile(r"<r>|<c>\s*[A-Za-z_][\w-]*\s*</c>", re.I)
 _ARG_FENCE = re.compile(r"\A```[\w+.-]*[ \t]*\n?(?P<body>.*?)(?:\n[ \t]*```|```)", re.S)
 _STRAY_TAGS = re.compile(r"</?[rc]>", re.I)
+_ITEM = re.compile(r"\S*[./:\d]\S*")  # a list item in the text form: a path, a URL, a result number
+
+
+# --- the text form of a command's arguments: the only place where they are joined with "|" ------------------------
+def join_args(command: Command, args: dict) -> str:
+    """The arguments as one text, joined with "|" (a list's items each after its own |)."""
+    if command.json_argument:  # one JSON object (an MCP tool's)
+        return command.text(args)
+    parts = []
+    for parameter in command.parameters:
+        value = args.get(parameter.name)
+        if value is not None:
+            parts.extend(value if isinstance(value, list) else [value])
+    return "|".join(str(part) for part in parts)
+
+
+def split_args(command: Command, text: str) -> dict:
+    """The arguments of a text form. One parameter takes the whole text. Several are split at "|": a closing list
+    takes the trailing parts that look like paths, URLs or result numbers (at least the last part), and the first
+    parameter takes whatever is left over, so it may itself contain a "|"."""
+    if command.json_argument:
+        return command.parse(text)
+    text = text.strip()
+    if not text or not command.parameters:
+        return {}
+    if len(command.parameters) == 1:
+        return {command.parameters[0].name: command.parameters[0].value(text)}
+    parts = [part.strip() for part in text.split("|")]
+    *leading, last = command.parameters
+    tail: list[str] = []
+    if len(parts) > len(leading):
+        tail.append(parts.pop())
+        while last.is_list and len(parts) > len(leading) and _ITEM.fullmatch(parts[-1]):
+            tail.insert(0, parts.pop())
+    extra = max(0, len(parts) - len(leading))
+    values = ["|".join(parts[:extra + 1]), *parts[extra + 1:]]
+    args = {p.name: value for p, value in zip(leading, values) if value}
+    if tail:
+        args[last.name] = tail if last.is_list else tail[0]
+    return args
+
+
+def placeholders(command: Command) -> str:
+    """How the tags help names the arguments: QUESTION|SOURCE[|…] (a list's items each after its own |)."""
+    if command.json_argument:  # {"repo_path": "…"} (optional: max_count)
+        return command.help_argument()
+    return "|".join(f"{p.name.upper().removesuffix('S')}[|…]" if p.is_list else p.name.upper()
+                    for p in command.parameters)
 
 
 def action_text(thought: str, command: str, arg: str) -> str:
@@ -61,7 +109,7 @@ def parse_reply(reply: str) -> Decision:
         note = ("Your reply held more than one action; only the first was run. "
                 "Send exactly one action per reply and wait for its result.")
     command = check_command(found.group("name"), reply, HOW)
-    return Decision(thought, command, COMMANDS[command].parse(clean_argument(rest)), note)
+    return Decision(thought, command, split_args(COMMANDS[command], clean_argument(rest)), note)
 
 
 def clean_argument(text: str) -> str:
@@ -88,10 +136,10 @@ class TagsFormat(ReplyFormat):
         return {"role": "assistant", "content": action_text(record.thought, record.command, record.arg)}
 
     def usage(self, command: Command) -> str:
-        return f"Write it as: <c>{command.name}</c>\n{'|'.join(p.placeholder() for p in command.parameters)}"
+        return f"Write it as: <c>{command.name}</c>\n{placeholders(command)}"
 
     def describe(self) -> str:
-        commands = "\n".join(f"- {c.name} {'|'.join(p.placeholder() for p in c.parameters)}: {c.doc}"
+        commands = "\n".join(f"- {c.name} {placeholders(c)}: {c.doc}"
                              for c in actions())
         return f"""Reply with exactly ONE action:
 <r>your reasoning, briefly</r><c>command</c>

@@ -8,7 +8,8 @@ import json
 
 from ..commands import COMMANDS, Command, actions
 from . import (EXAMPLE_ANSWER, EXAMPLE_CODE, EXAMPLE_OBJECTIVE, EXAMPLE_RESULT, Decision, MalformedReply,
-               ReplyFormat, check_command, lenient_json, observation_text, placeholders)
+               ReplyFormat, call_arguments, check_command, lenient_json, observation_text, placeholders,
+               shown_arguments)
 
 
 def call_text(name: str, args: dict) -> str:
@@ -40,11 +41,11 @@ class ToolsFormat(ReplyFormat):
         if len(calls) > 1:
             note = (f"Your reply held {len(calls)} tool calls; only the first ({name}) was run. Call one tool per "
                     "reply and wait for its result.")
-        return Decision(completion.text.strip(), name, COMMANDS[name].arguments(values), note)
+        args, given = call_arguments(COMMANDS[name], values)
+        return Decision(completion.text.strip(), name, args, note, given)
 
     def reply(self, record) -> dict:
-        command = COMMANDS.get(record.command)
-        args = command.parse(record.arg) if command else {"arg": record.arg}
+        args = shown_arguments(record)
         return {"role": "assistant", "content": record.thought or None,
                 "tool_calls": [{"id": f"call_{record.step}", "type": "function",
                                 "function": {"name": record.command,

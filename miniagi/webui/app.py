@@ -1,15 +1,21 @@
-"""The web app over $MINIAGI_HOME: read-only over runs, batches and memory (it writes nothing, not even an empty
-memory store).
+"""The web app over $MINIAGI_HOME: the runs, batches and memory, and a workbench that starts and steers runs
+(workbench.py: each an ordinary `miniagi` process, asking through control.py's files).
 
-Everything shown passes the run files' redaction again, and every text is escaped by the templates (observations
-and model replies are untrusted: a reply holding <script> is shown as text). A running run's page polls
-/runs/ID/events?after=N and appends the steps that came since, rendered here, so the page never reloads.
-Only requests that name this machine (loopback, or --host) in their Host header are answered: a web page elsewhere
-cannot reach the UI through a name it re-points at 127.0.0.1 (DNS rebinding).
+Its pages only read: a GET writes nothing, not even an empty memory store. Everything shown passes the run files'
+redaction again, and every text is escaped by the templates (observations and model replies are untrusted: a reply
+holding <script> is shown as text). A run's page polls /runs/ID/events?after=N and appends the steps that came
+since, rendered here, with what the run waits for; the page never reloads.
+It is locked (auth.py): a token, then a cookie, for every request; actions are POSTs that only its own pages can
+make. Only requests that name this machine (loopback, or --host) in their Host header are answered: a web page
+elsewhere cannot reach the UI through a name it re-points at 127.0.0.1 (DNS rebinding).
+The handlers are plain functions, which Starlette runs in a thread, and they read run files only as bounded regular
+files (runs.open_regular): a FIFO, a huge file or a broken line in a run folder makes that run unreadable, never a
+page hang.
 """
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -22,15 +28,19 @@ from starlette.staticfiles import StaticFiles
 
 from .. import events as ev
 from ..config import ConfigError
-from ..report import cache_rate
+from ..report import cache_rate, folder, started, took
 from ..runs import STATUSES, RunStore
+from .auth import TokenCheck, csrf_value, new_token
 from .batches import batch_routes
+from .steering import Refused, steering
+from .workbench import PROTOCOLS, Workbench
 
 HERE = Path(__file__).parent
 FOLD_LINES = 12  # an observation longer than this is folded
 LOOPBACK = ("localhost", "127.0.0.1", "::1")
 ANY_HOST = ("0.0.0.0", "::", "")  # listening on every interface: the names it is reached by are unknown
 RECALLED_CHARS = 400  # of each recalled text on a run page
+UI_TRACE_MAX_BYTES = 64 * 2**20  # a larger trace is not shown (`miniagi show` reads it)
 
 
 def host_name(header: str) -> str:
@@ -109,18 +119,31 @@ def chart(points: list[tuple[int, int, float]]) -> Markup:
                   f'${total:.4f})</text></svg>')
 
 
-def create_app(home: Path, redact=lambda text: text, host: str = "127.0.0.1"):
+def create_app(home: Path, redact=lambda text: text, host: str = "127.0.0.1", token: str | None = None,
+               workdirs: list[Path] | None = None, environ: dict[str, str] | None = None):
+    """The app, locked with `token` (made here when not given; the returned app's `.token`), able to start runs in
+    `workdirs` (the current folder by default) with `environ` (this process's by default)."""
     store = RunStore(Path(home), redact)
+    token = token or new_token()
+    bench = Workbench(Path(home), list(workdirs or [Path.cwd()]), environ)
     templates = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(default=True))
-    templates.globals.update(highlight=highlight, fold_lines=FOLD_LINES, cache_rate=cache_rate)
+    templates.globals.update(highlight=highlight, fold_lines=FOLD_LINES, cache_rate=cache_rate, csrf=csrf_value(token),
+                             folder=folder, started=started, took=took,
+                             workdirs=bench.workdirs, protocols=PROTOCOLS)
     templates.filters["redact"] = lambda text: redact(str(text)) if text is not None else ""
 
-    def page(name: str, **values) -> HTMLResponse:
-        return HTMLResponse(templates.get_template(name).render(**values))
+    def page(name: str, _status: int = 200, **values) -> HTMLResponse:
+        return HTMLResponse(templates.get_template(name).render(**values), status_code=_status)
+
+    def refused(status: int, message: str) -> HTMLResponse:
+        return page("missing.html", _status=status, message=message)
 
     def read_events(run_id: str) -> tuple[object, list[ev.Event]]:
         record = store.open(run_id)
-        return record, ev.read(record.events())
+        try:
+            return record, ev.read(record.events(UI_TRACE_MAX_BYTES))
+        except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise ConfigError(f"run {record.run_id} cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
 
     memory: list = []  # the vector memory, opened (with its embedder) on first use and kept
 
@@ -132,7 +155,9 @@ def create_app(home: Path, redact=lambda text: text, host: str = "127.0.0.1"):
             from ..agent import open_vector_memory
             from ..config import Settings
 
-            memory.append(open_vector_memory(Settings(home=str(home), memory_scope="global"), {}, None, redact))
+            found = open_vector_memory(Settings(home=str(home), memory_scope="global"), {}, None, redact)
+            found.read_only = True  # it stores no journal, makes no collection: a view stores nothing
+            memory.append(found)
         return memory[0]
 
     def recalled(events: list[ev.Event]) -> dict[str, str]:
@@ -152,39 +177,60 @@ def create_app(home: Path, redact=lambda text: text, host: str = "127.0.0.1"):
         ordered, used = in_step_order(events, running)
         return templates.get_template("events.html").render(events=ordered, recalled=recalled(ordered)), used
 
-    async def runs_list(request: Request):
+    controls, steer_routes = steering(bench, store, token, templates, page, redact)
+
+    def runs_list(request: Request):
         status, query = request.query_params.get("status") or None, request.query_params.get("q", "").strip()
         runs = [r for r in store.results(status) if query.lower() in str(r.get("objective", "")).lower()]
         return page("runs.html", runs=runs, status=status, query=query, statuses=STATUSES)
 
-    async def run_page(request: Request):
+    def not_found(run_id: str, exc: ConfigError) -> tuple[str, str]:
+        """Why a run cannot be found, and, when this UI started it, what its process said: a run refused at its
+        first request is not kept (its folder is gone), and the page that followed it says why."""
+        for session in reversed(list(bench.sessions.values())):
+            if run_id in session.runs():
+                try:  # its folder is removed just before it says why and exits
+                    code = session.process.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    code = None
+                ended = f" (exit {code})" if code is not None else ""
+                return (f"run {run_id} was not kept: it ended before its first model reply{ended}",
+                        redact(session.log_tail()))
+        return str(exc), ""
+
+    def run_page(request: Request):
         try:
             record, events = read_events(request.path_params["run_id"])
         except ConfigError as exc:
-            return page("missing.html", message=str(exc))
-        result = record.read_result()
+            message, log = not_found(request.path_params["run_id"], exc)
+            return page("missing.html", _status=404, message=message, log=log)
+        result = live_result(record.read_result(), events)
         html, used = render_events(events, result.get("status", "running") == "running")
         return page("run.html", run_id=record.run_id, result=result, events_html=Markup(html), count=used,
-                    chart=chart(usage(events)))
+                    chart=chart(usage(events)), control=controls(record.run_id, result))
 
-    async def run_events(request: Request):
+    def run_events(request: Request):
         """What came since event N, rendered, for a page watching a running run."""
         try:
             record, events = read_events(request.path_params["run_id"])
         except ConfigError as exc:
-            return JSONResponse({"error": str(exc)}, status_code=404)
+            message, log = not_found(request.path_params["run_id"], exc)
+            return JSONResponse({"error": message, "log": log}, status_code=404)
         try:
             after = max(0, int(request.query_params.get("after", "0") or 0))
         except ValueError:
             return JSONResponse({"error": "after: give the number of events already shown"}, status_code=400)
-        result = record.read_result()
+        result = live_result(record.read_result(), events)
         html, used = render_events(events[after:], result.get("status", "running") == "running")
+        control = controls(record.run_id, result)
         return JSONResponse({"count": after + used, "html": html, "status": result.get("status", "running"),
                              "chart": str(chart(usage(events))),
-                             "meta": templates.get_template("meta.html").render(result=result)})
+                             "meta": templates.get_template("meta.html").render(result=result),
+                             "control": control["html"], "control_key": control["key"], "live": control["live"],
+                             "stream": control["stream"],
+                             "answer": redact(result["answer"]) if result.get("answer") is not None else None})
 
-
-    async def memory_page(request: Request):
+    def memory_page(request: Request):
         query = request.query_params.get("q", "").strip()
         hits, problem = [], ""
         if query:
@@ -198,13 +244,34 @@ def create_app(home: Path, redact=lambda text: text, host: str = "127.0.0.1"):
                 problem = f"{type(exc).__name__}: {exc}"
         return page("memory.html", query=query, hits=hits, problem=problem)
 
-    async def api_runs(request: Request):
+    def api_runs(request: Request):
         return JSONResponse(store.results(request.query_params.get("status") or None))
 
-    return HostCheck(Starlette(routes=[
+    app = Starlette(routes=[
         Route("/", runs_list), Route("/runs/{run_id}", run_page), Route("/runs/{run_id}/events", run_events),
         *batch_routes(home, page), Route("/memory", memory_page), Route("/api/runs", api_runs),
-        Mount("/static", StaticFiles(directory=HERE / "static"), name="static")]), host)
+        *steer_routes,
+        Mount("/static", StaticFiles(directory=HERE / "static"), name="static")],
+        exception_handlers={Refused: lambda request, exc: refused(exc.status, exc.message)})
+    locked = HostCheck(TokenCheck(app, token), host)
+    locked.token, locked.workbench = token, bench
+    return locked
+
+
+def live_result(result: dict, events: list[ev.Event]) -> dict:
+    """A running run's result with its steps, model calls and cost counted from its trace: the run saves its result
+    only when a step ends, so the header would say 0 steps and $0 while step 1 and its cost show below."""
+    if result.get("status", "running") != "running":
+        return result
+    steps = max((e.step for e in events if isinstance(e, (ev.Action, ev.FormatError, ev.Observation))), default=0)
+    calls = [e for e in events if isinstance(e, ev.ModelCall)]
+    live = dict(result, steps=max(result.get("steps") or 0, steps),
+                cost_usd=max(result.get("cost_usd") or 0, round(sum(e.cost_usd for e in calls), 6)),
+                prompt_tokens=max(result.get("prompt_tokens") or 0, sum(e.prompt_tokens for e in calls)),
+                cached_prompt_tokens=max(result.get("cached_prompt_tokens") or 0, sum(e.cached_tokens for e in calls)))
+    if not result.get("replay_of"):
+        live["llm_calls"] = max(result.get("llm_calls") or 0, len(calls))
+    return live
 
 
 def usage(events: list[ev.Event]) -> list[tuple[int, int, float]]:
@@ -229,6 +296,7 @@ def listen(host: str, port: int):
         sock = socket.socket(family, kind, proto)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(address)
+        sock.listen(2048)  # connections made once the URL is printed wait for the server, not refused
     except OSError as exc:
         if "sock" in locals():
             sock.close()
@@ -237,14 +305,19 @@ def listen(host: str, port: int):
     return sock
 
 
-def serve(sock, home: Path, host: str, port: int, open_browser: bool, redact) -> None:
+def serve(sock, home: Path, host: str, port: int, open_browser: bool, redact, token: str,
+          workdirs: list[Path]) -> None:
     import uvicorn
 
-    url = f"http://{host}:{port}/"
+    url = f"http://{'[' + host + ']' if ':' in host else host}:{port}/?token={token}"
     if open_browser:
         import threading
         import webbrowser
 
         threading.Timer(1.0, lambda: webbrowser.open(url)).start()
-    server = uvicorn.Server(uvicorn.Config(create_app(home, redact, host), log_level="warning"))
-    server.run(sockets=[sock])
+    app = create_app(home, redact, host, token=token, workdirs=workdirs)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    try:
+        server.run(sockets=[sock])
+    finally:
+        app.workbench.close()  # the runs it started stop as Ctrl-C stops them: state saved, resumable

@@ -15,18 +15,21 @@ from typing import Callable
 from starlette.requests import Request
 from starlette.routing import Route
 
-from ..batch_report import known_batch, known_batches, latest, read_results, scores, summary_line, totals
+from ..batch_report import (known_batch, known_batches, latest, read_results, results_key, scores, shown, summary_line,
+                            totals)
 
 UI_MAX_BYTES = 16 * 2**20
 MAX_LISTED = 100
 
 
-def _summed(batch: dict) -> tuple[list[dict], dict | None, bool, str]:
-    """(a row per objective, the totals, whether the file was cut, a problem) of a recorded batch."""
+def _summed(batch: dict, key: bytes | None = None) -> tuple[list[dict], dict | None, bool, str]:
+    """(a row per objective, the totals, whether the file was cut, a problem) of a recorded batch: of its lines,
+    those the home's batches signed (batch_report.shown)."""
     try:
         records, cut = read_results(Path(batch["results"]), UI_MAX_BYTES)
     except OSError as exc:
         return [], None, False, f"cannot read {batch['results']}: {exc.strerror or exc}"
+    records = shown(records, key)[0]
     summed = scores(latest(records))
     rows = [{**score.to_dict(), "run_id": score.last.get("run_id"), "check_output": score.last.get("check_output"),
              "repeat": score.last.get("repeat", 0)} for score in summed]
@@ -38,15 +41,16 @@ def batch_routes(home: Path, page: Callable) -> list[Route]:
     def batch_list(request: Request):
         rows = []
         for batch in known_batches(home)[:MAX_LISTED]:
-            _, total, _, problem = _summed(batch)
+            _, total, _, problem = _summed(batch, results_key(home))
             rows.append({**batch, "total": total, "problem": problem})
         return page("batches.html", batches=rows, home=str(home))
 
     def batch_view(request: Request):
         batch = known_batch(home, request.path_params["key"])
         if batch is None:
-            return page("missing.html", message=f"no batch {request.path_params['key']!r} is recorded in {home}")
-        rows, total, cut, problem = _summed(batch)
+            return page("missing.html", _status=404,
+                        message=f"no batch {request.path_params['key']!r} is recorded in {home}")
+        rows, total, cut, problem = _summed(batch, results_key(home))
         return page("batch.html", batch=batch, rows=rows, total=total, cut=cut, problem=problem,
                     max_mb=UI_MAX_BYTES // 2**20)
 

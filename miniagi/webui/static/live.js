@@ -1,13 +1,30 @@
-// A running run's page follows its trace: every second it asks for the events since the last it has, appends them
-// (rendered and escaped by the server) and stops once the run has ended. No reload.
+// A run's page follows its trace: while it runs (or while this UI drives it) it asks every half second for the
+// events since the last it has, appends them (rendered and escaped by the server), shows the reply streaming in,
+// and swaps in the run's controls (a question, Stop, follow up, resume) when they change. No reload. A run that
+// is gone (refused at its first request: not kept) says so, with what its process said, and the polling stops.
 (function () {
   const box = document.getElementById("events");
   if (!box) return;
   let count = Number(box.dataset.count || 0);
   let status = box.dataset.status;
+  let live = box.dataset.live === "yes";
+  let controlKey = box.dataset.control;
   async function poll() {
     try {
-      const response = await fetch(`/runs/${encodeURIComponent(box.dataset.run)}/events?after=${count}`);
+      const response = await fetch(`/runs/${encodeURIComponent(box.dataset.run)}/events?after=${count}`,
+                                    {credentials: "same-origin"});
+      if (response.status === 404) {  // the run is gone: one refused at its first request is not kept
+        const data = await response.json().catch(() => ({}));
+        const gone = document.createElement("p"), log = document.createElement("pre");
+        gone.className = "message";
+        gone.id = "missing";
+        gone.textContent = data.error || "this run is gone";
+        log.className = "log";
+        log.textContent = data.log || "";
+        document.getElementById("status").textContent = "not kept";
+        box.replaceChildren(gone, ...(data.log ? [log] : []));
+        return;
+      }
       if (response.ok) {
         const data = await response.json();
         if (data.count > count) {
@@ -16,10 +33,28 @@
           document.getElementById("chart").innerHTML = data.chart;
         }
         status = data.status;
+        live = data.live;
         document.getElementById("meta").innerHTML = data.meta;
+        const stream = document.getElementById("stream");
+        stream.textContent = data.stream;
+        stream.hidden = !data.stream;
+        if (data.answer !== null && data.answer !== undefined) {
+          const answer = document.getElementById("answer");
+          if (!answer.querySelector("pre")) {
+            const title = document.createElement("h2"), text = document.createElement("pre");
+            title.textContent = "answer";
+            text.textContent = data.answer;
+            answer.replaceChildren(title, text);
+            answer.className = "answer";
+          }
+        }
+        if (data.control_key !== controlKey) {
+          controlKey = data.control_key;
+          document.getElementById("control").innerHTML = data.control;
+        }
       }
     } catch (error) { /* the server restarted: try again */ }
-    if (status === "running") setTimeout(poll, 1000);
+    if (status === "running" || live) setTimeout(poll, 500);
   }
-  if (status === "running") setTimeout(poll, 1000);
+  if (status === "running" || live) setTimeout(poll, 500);
 })();

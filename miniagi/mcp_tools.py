@@ -1,0 +1,615 @@
+"""MCP servers' tools as commands (see docs/mcp.md).
+
+Servers are configured in the format the ecosystem uses, `{"mcpServers": {"NAME": {"command", "args", "env"}}}` for
+a program spoken to over stdio, `{"NAME": {"url"}}` for streamable HTTP: files given with --mcp-config (or
+MINIAGI_MCP_CONFIG), and the work directory's `.mcp.json` once the user said yes to it (it starts programs outside
+the sandbox, and code a run executes can write it: the same trust record as `.env`).
+
+Each tool of a server becomes a command `SERVER__TOOL`: its description is the server's, its arguments one JSON
+object (its input schema is the tools format's schema), and inside execute_python a function with keyword
+arguments. A call asks for approval like execute_*; its result (text; a note for images and resources) is an
+observation fenced as untrusted; a tool error, a timeout or a server that died is an observation too.
+
+The official SDK is asynchronous: `McpTools` runs it on an event loop of its own, in a background thread, and gives
+the loop a plain blocking `call`. Every call's result is recorded in the trace (an `mcp_call` event), so `replay`
+starts no server and answers each call with its recorded result (`RecordedMcp`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import hashlib
+import json
+import keyword
+import re
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, ClassVar
+
+from .commands import COMMANDS, Command, Outcome, Parameter, untrusted
+from .config import ConfigError
+
+START_TIMEOUT_S = 60.0  # a server that has not listed its tools by then is left out
+STOP_TIMEOUT_S = 10.0
+MAX_RESULT_CHARS = 200_000  # what one result may hold before the observation's own bound (cap_text)
+WORKDIR_FILE = ".mcp.json"
+TRUST_KEY = "mcpServers"
+BAD_ARGUMENTS = "<text>"  # the key under which a text that is not a JSON object is kept (see McpCommand.missing)
+PYTHON_TYPES = {"string": "str", "integer": "int", "number": "float", "boolean": "bool", "array": "list",
+                "object": "dict"}
+
+
+# --- configuration ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ServerSpec:
+    name: str
+    source: str  # the file it came from
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: dict = field(default_factory=dict)
+    url: str | None = None
+    headers: dict = field(default_factory=dict)
+
+    @property
+    def prefix(self) -> str:
+        return slug(self.name)
+
+    def secrets(self) -> dict[str, str]:
+        """What the redactor should hide: its env (secret by name or shape) and the credential of an
+        Authorization header or a header named like a secret."""
+        credentials = {f"MCP_{name.upper()}_TOKEN": value.split()[-1] for name, value in self.headers.items()
+                       if value.split() and (name.lower() in ("authorization", "proxy-authorization")
+                                             or re.search(r"key|token|secret|auth", name, re.I))}
+        return {**self.env, **credentials}
+
+
+def slug(name: str) -> str:
+    """A name as a command may have it: lower case, letters, digits and _ (check_command lower-cases names)."""
+    text = re.sub(r"[^a-z0-9_]+", "_", name.strip().lower()).strip("_") or "x"
+    return f"_{text}" if text[0].isdigit() else text
+
+
+def read_config(path: Path) -> list[ServerSpec]:
+    """The servers a file configures; a ConfigError (one line) for a file that cannot be used."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"MCP configuration {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise ConfigError(f"MCP configuration {path} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"MCP configuration {path} must hold a JSON object ({{\"mcpServers\": {{…}}}})")
+    servers = data.get("mcpServers", data)
+    if not isinstance(servers, dict):
+        raise ConfigError(f"MCP configuration {path}: mcpServers must be an object of servers by name")
+    specs = []
+    for name, entry in servers.items():
+        where = f"MCP configuration {path}, server {name!r}"
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{where}: must be an object with a command or a url")
+        kind = str(entry.get("type") or entry.get("transport") or "").lower()
+        if kind == "sse":
+            raise ConfigError(f"{where}: the SSE transport is not supported; use its streamable HTTP url")
+        args, env, headers = entry.get("args", []), entry.get("env", {}) or {}, entry.get("headers", {}) or {}
+        if not (isinstance(args, list) and all(isinstance(a, (str, int, float)) for a in args)):
+            raise ConfigError(f"{where}: args must be a list of strings")
+        if not (isinstance(env, dict) and isinstance(headers, dict)):
+            raise ConfigError(f"{where}: env and headers must be objects of strings")
+        if isinstance(entry.get("url"), str) and entry["url"].strip():
+            url = entry["url"].strip()
+            if not re.match(r"https?://", url):
+                raise ConfigError(f"{where}: url must start with http:// or https://")
+            specs.append(ServerSpec(str(name), str(path), url=url,
+                                    headers={str(k): str(v) for k, v in headers.items()}))
+        elif isinstance(entry.get("command"), str) and entry["command"].strip():
+            specs.append(ServerSpec(str(name), str(path), command=entry["command"].strip(),
+                                    args=tuple(str(a) for a in args), env={str(k): str(v) for k, v in env.items()}))
+        else:
+            raise ConfigError(f"{where}: needs a \"command\" (a program spoken to over stdio) or a \"url\" "
+                              "(streamable HTTP)")
+    return specs
+
+
+def configured_servers(settings, ui) -> list[ServerSpec]:
+    """The servers of the --mcp-config files, and of the work directory's .mcp.json once trusted."""
+    given = [Path(p).expanduser().resolve() for p in settings.mcp_config]
+    specs = [spec for path in given for spec in read_config(path)]
+    local = (settings.workdir_path / WORKDIR_FILE).resolve()
+    if local.is_file() and local not in given and _trusted(local, settings, ui):
+        specs += read_config(local)
+    seen: dict[str, ServerSpec] = {}
+    for spec in specs:  # a name given twice: the later file wins, as in the ecosystem's merged configurations
+        seen[spec.prefix] = spec
+    return list(seen.values())
+
+
+def _trusted(path: Path, settings, ui) -> bool:
+    """The work directory's .mcp.json is used once the person said yes to exactly these bytes (remembered in the
+    trust record of .env, $MINIAGI_HOME/trusted-env.json); with no one to ask it is not used, said in one line."""
+    from .trust import TRUST_FILE, _load, _save
+
+    try:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return False
+    record_path = settings.home_path / TRUST_FILE
+    record = _load(record_path)
+    known = record.get(str(path))
+    if isinstance(known, dict) and known.get(TRUST_KEY) == digest:
+        return True
+    what = (f"{path} asks to start MCP servers: programs that run outside the sandbox, and code that a run executes "
+            "can write this file")
+    if not getattr(ui, "interactive", False):
+        ui.warn(f"{path} was not used: it starts programs outside the sandbox and there is no terminal to confirm "
+                f"it; give it with --mcp-config {path} to use it")
+        return False
+    if not ui.confirm(f"{what}. Start them?"):
+        ui.warn(f"{path} was not used")
+        return False
+    record[str(path)] = {**(known if isinstance(known, dict) else {}), TRUST_KEY: digest}
+    _save(record_path, record)
+    return True
+
+
+# --- tools as commands --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class McpCommand(Command):
+    """A server's tool: one JSON object of arguments, described by the tool's own input schema."""
+
+    server: str = ""
+    tool: str = ""
+    input_schema: dict = field(default_factory=dict, compare=False)
+    json_argument: ClassVar[bool] = True
+
+    @property
+    def properties(self) -> dict:
+        props = self.input_schema.get("properties")
+        return props if isinstance(props, dict) else {}
+
+    @property
+    def required(self) -> list[str]:
+        required = self.input_schema.get("required")
+        return [name for name in required if isinstance(name, str)] if isinstance(required, list) else []
+
+    def _ordered(self) -> list[tuple[str, bool]]:
+        """The properties, required first (as Python wants them): (name, required)."""
+        required = [name for name in self.required if name in self.properties]
+        return [(name, True) for name in required] + [(n, False) for n in self.properties if n not in required]
+
+    def signature(self, returns: bool = True) -> str:
+        parts = []
+        for name, needed in self._ordered():
+            kind = _python_type(self.properties[name])
+            default = self.properties[name].get("default") if isinstance(self.properties[name], dict) else None
+            parts.append(f"{name}: {kind}" if needed else f"{name}: {kind} = {default!r}")
+        return f"{self.name}({', '.join(parts)})" + (" -> str" if returns else "")
+
+    def schema(self) -> dict:
+        """The tool's input schema, less its titles (a label per property that the names say already: tokens sent
+        with every request of the tools format)."""
+        schema = {k: v for k, v in self.input_schema.items() if k != "title"}
+        schema["type"] = "object"
+        schema["properties"] = {name: {k: v for k, v in spec.items() if k != "title"}
+                                if isinstance(spec, dict) else spec for name, spec in self.properties.items()}
+        return schema
+
+    def placeholders(self) -> dict:
+        return {name: _placeholder(self.properties[name]) for name, needed in self._ordered() if needed}
+
+    def help_argument(self) -> str:
+        optional = [name for name, needed in self._ordered() if not needed]
+        return (json.dumps(self.placeholders(), ensure_ascii=False)
+                + (f" (optional: {', '.join(optional)})" if optional else ""))
+
+    def python_spec(self) -> dict:
+        """Its function for the worker: a keyword argument per property; a property whose name Python cannot take
+        as one ("repo-path", "class") is given through **more."""
+        params, more = [], False
+        for name, needed in self._ordered():
+            if not name.isidentifier() or keyword.iskeyword(name):
+                more = True
+                continue
+            spec = self.properties[name] if isinstance(self.properties[name], dict) else {}
+            params.append([name, _python_type(spec), needed, spec.get("default")])
+        return {"name": self.name, "params": params, "returns": "str", "doc": self.doc, "json": True, "more": more}
+
+    def text(self, args: dict) -> str:
+        if BAD_ARGUMENTS in args:
+            return str(args[BAD_ARGUMENTS])
+        return json.dumps(args, ensure_ascii=False)
+
+    def parse(self, text: str) -> dict:
+        text = text.strip()
+        if not text:
+            return {}
+        try:
+            values = json.loads(text)
+        except ValueError:
+            values = None
+        if isinstance(values, dict):
+            return self.arguments(values)
+        strings = [name for name, spec in self.properties.items()
+                   if isinstance(spec, dict) and spec.get("type") == "string"]
+        sole = self.required or list(self.properties)
+        if len(sole) == 1 and sole[0] in strings:  # a lone text argument needs no JSON around it
+            return {sole[0]: text}
+        return {BAD_ARGUMENTS: text}
+
+    def arguments(self, values) -> dict:
+        if not isinstance(values, dict):
+            return self.parse(values if isinstance(values, str) else json.dumps(values, ensure_ascii=False))
+        if values and not values.keys() & self.properties.keys() and len(values) == 1:
+            inner = next(iter(values.values()))  # {"arguments": {…}} or the older json format's {"arg": "…"}
+            if isinstance(inner, dict):
+                return self.arguments(inner)
+            if isinstance(inner, str) and inner.strip().startswith("{"):
+                return self.parse(inner)
+        return {key: value for key, value in values.items() if value is not None}
+
+    def missing(self, args: dict) -> list[str]:
+        if BAD_ARGUMENTS in args:
+            return ["its arguments as one JSON object"]
+        return [name for name in self.required if name not in args]
+
+    def __call__(self, workspace, args: dict) -> Outcome:
+        return self.run(self, args)
+
+
+def python_note() -> str:
+    """What the system prompt says of the MCP tools inside execute_python (their list is the commands' own)."""
+    tools = [c for c in COMMANDS.values() if isinstance(c, McpCommand)]
+    if not tools:
+        return ""
+    example = next((c for c in tools if c.placeholders()), tools[0])
+    arguments = ", ".join(f"{name}={json.dumps(value, ensure_ascii=False)}"
+                          for name, value in example.placeholders().items())
+    return (f"; and each MCP tool (the SERVER__TOOL commands), its JSON keys as keyword arguments, returning the "
+            f"result's text, e.g. {example.name}({arguments})")
+
+
+def _python_type(spec) -> str:
+    kind = spec.get("type") if isinstance(spec, dict) else None
+    if isinstance(kind, list):  # ["string", "null"]
+        kinds = [k for k in kind if k != "null"]
+        kind = kinds[0] if len(kinds) == 1 else None
+    if kind is None and isinstance(spec, dict) and isinstance(spec.get("anyOf"), list):
+        kinds = [s.get("type") for s in spec["anyOf"] if isinstance(s, dict) and s.get("type") != "null"]
+        kind = kinds[0] if len(kinds) == 1 else None
+    return PYTHON_TYPES.get(kind, "object") if isinstance(kind, str) else "object"
+
+
+def _placeholder(spec):
+    kind = _python_type(spec)
+    return {"int": 0, "float": 0, "bool": False, "list": ["…"], "dict": {}}.get(kind, "…")
+
+
+def make_commands(definitions: list[dict], call: Callable[[McpCommand, dict], Outcome],
+                  needs_approval: bool = True, warn: Callable[[str], None] = lambda text: None) -> list[McpCommand]:
+    """Commands for tool definitions ({server, prefix, tool, description, input_schema})."""
+    commands: dict[str, McpCommand] = {}
+    for definition in definitions:
+        name = f"{definition['prefix']}__{slug(definition['tool'])}"[:64]
+        if name in commands or name in COMMANDS:
+            warn(f"MCP server {definition['server']}: tool {definition['tool']} is left out: its command name {name} "
+                 "is taken")
+            continue
+        schema = definition.get("input_schema") if isinstance(definition.get("input_schema"), dict) else {}
+        doc = " ".join(str(definition.get("description") or f"the {definition['tool']} tool").split())
+        doc = f"[MCP server {definition['server']}] {doc}"
+        parameters = tuple(Parameter(p, "str") for p in (schema.get("properties") or {}))
+        commands[name] = McpCommand(name, doc, parameters, call, needs_approval=needs_approval, python=True,
+                                    server=definition["server"], tool=definition["tool"], input_schema=schema)
+    return list(commands.values())
+
+
+def register(commands: list[McpCommand]) -> None:
+    for command in commands:
+        COMMANDS[command.name] = command
+    _commands_changed()
+
+
+def unregister(commands: list[McpCommand]) -> None:
+    for command in commands:
+        if COMMANDS.get(command.name) is command:
+            del COMMANDS[command.name]
+    _commands_changed()
+
+
+def _commands_changed() -> None:
+    """The formats build their request from the command table once: built again with the table changed."""
+    from .protocols import formats
+
+    for reply_format in formats().values():
+        clear = getattr(type(reply_format).request, "cache_clear", None)
+        if clear is not None:
+            clear()
+
+
+# --- results --------------------------------------------------------------------------------------------------------
+def result_text(result) -> str:
+    """What a tool's result says, as text: its text parts, a note for each image, audio or binary resource."""
+    parts = []
+    for block in getattr(result, "content", None) or []:
+        kind = getattr(block, "type", "")
+        if kind == "text":
+            parts.append(block.text)
+        elif kind in ("image", "audio"):
+            size = len(block.data or "") * 3 // 4
+            parts.append(f"[{'an image' if kind == 'image' else 'audio'} ({block.mime_type}, about {size:,} bytes): "
+                         "not shown]")
+        elif kind == "resource":
+            resource = block.resource
+            if getattr(resource, "text", None) is not None:
+                parts.append(f"[resource {resource.uri}]\n{resource.text}")
+            else:
+                parts.append(f"[resource {resource.uri} ({resource.mime_type or 'binary'}): binary, not shown]")
+        elif kind == "resource_link":
+            parts.append(f"[a link to the resource {block.uri}" + (f" ({block.name})" if block.name else "") + "]")
+        else:
+            parts.append(f"[a {kind or 'content'} block: not shown]")
+    structured = getattr(result, "structured_content", None)
+    if not parts and structured is not None:
+        parts.append(json.dumps(structured, ensure_ascii=False, indent=1))
+    return "\n".join(parts)
+
+
+def outcome(command: McpCommand, text: str, ok: bool, own: bool = False) -> Outcome:
+    """A call's observation: the server's words fenced as untrusted data; a failure said as one (`own`: the words
+    are miniagi's, not the server's: a timeout, a server gone)."""
+    if len(text) > MAX_RESULT_CHARS:
+        text = text[:MAX_RESULT_CHARS] + f"\n[… {len(text) - MAX_RESULT_CHARS:,} more characters not shown]"
+    label = f"result of {command.tool} from the MCP server {command.server}"
+    if ok:
+        fenced = untrusted(label, text or "(the tool returned nothing)")
+        head, _, rest = untrusted(label, text).partition("\n")
+        tail = rest.rpartition("\n")[2]
+        # code gets the text itself; printed, it shows between the fence's lines (as read(source) does)
+        return Outcome(fenced, data={"text": text, "fence": [head + "\n", "\n" + tail]})
+    said = text if own else untrusted(f"error of {command.tool} from the MCP server {command.server}", text) \
+        if text else "no reason given"
+    # code that called the tool gets an exception (ToolError) with these words
+    return Outcome(f"{command.name} failed: {said}", data={"error": f"{command.name} failed: {said}"})
+
+
+def _failure(exc: BaseException) -> str:
+    """One line for an exception the SDK raised (an exception group's first real cause)."""
+    while isinstance(getattr(exc, "exceptions", None), tuple) and exc.exceptions:  # an exception group
+        exc = exc.exceptions[0]
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+# --- the live servers ------------------------------------------------------------------------------------------------
+@dataclass(eq=False)
+class _Server:
+    spec: ServerSpec
+    ready: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
+    session: Any = None
+    stop: Any = None  # an asyncio.Event of the loop
+    done: concurrent.futures.Future | None = None  # the task that holds the connection
+    gone: str = ""  # why it is no longer there
+    log: Any = None
+
+
+class McpTools:
+    """The run's MCP servers: started (`start`) on a loop of their own, their tools registered as commands, and
+    stopped (`close`). `record(command, arguments, text, ok)`, when set, hears of every call."""
+
+    def __init__(self, specs: list[ServerSpec] = (), timeout_s: float = 120.0, workdir: Path | None = None,
+                 warn: Callable[[str], None] = lambda text: None):
+        self.specs, self.timeout_s, self.workdir, self.warn = list(specs), timeout_s, workdir, warn
+        self.servers: dict[str, _Server] = {}
+        self.commands: list[McpCommand] = []
+        self.definitions: list[dict] = []
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.thread: threading.Thread | None = None
+        self.record: Callable[[McpCommand, dict, str, bool, bool], None] | None = None
+
+    @classmethod
+    def configured(cls, settings, ui) -> "McpTools":
+        return cls(configured_servers(settings, ui), timeout_s=settings.exec_timeout, workdir=settings.workdir_path,
+                   warn=ui.warn)
+
+    @property
+    def running(self) -> bool:
+        return self.loop is not None
+
+    def start(self) -> None:
+        """Start every server and register its tools; a server that fails is left out, said in one line."""
+        if self.running or not self.specs:
+            return
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="mcp", daemon=True)
+        self.thread.start()
+        try:
+            self._start()
+        except BaseException:  # interrupted while the servers start: none is left running
+            self.close()
+            raise
+
+    def _start(self) -> None:
+        self.servers = {spec.prefix: _Server(spec) for spec in self.specs}
+        for server in self.servers.values():
+            server.log = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
+            server.done = asyncio.run_coroutine_threadsafe(self._serve(server), self.loop)
+        self.definitions = []
+        for server in self.servers.values():
+            try:
+                tools = server.ready.result(START_TIMEOUT_S)
+            except concurrent.futures.TimeoutError:
+                self.warn(f"MCP server {server.spec.name} did not start within {START_TIMEOUT_S:g} s"
+                          f"{self._last_words(server)}: its tools are not available")
+                self._stop(server)
+                continue
+            except BaseException as exc:  # noqa: BLE001 -- whatever the SDK raised, the run goes on without it
+                self.warn(f"MCP server {server.spec.name} could not start ({_failure(exc)}{self._last_words(server)})"
+                          ": its tools are not available")
+                continue
+            self.definitions += [{"server": server.spec.name, "prefix": server.spec.prefix, "tool": tool.name,
+                                  "description": tool.description or "", "input_schema": tool.input_schema}
+                                 for tool in tools]
+        self.commands = make_commands(self.definitions, self.call, warn=self.warn)
+        register(self.commands)
+
+    async def _serve(self, server: _Server) -> None:
+        """Hold one server's connection until told to stop (the SDK's contexts open and close in one task)."""
+        from contextlib import AsyncExitStack
+
+        from mcp import ClientSession
+
+        server.stop = asyncio.Event()
+        spec = server.spec
+        try:
+            async with AsyncExitStack() as stack:
+                if spec.url:
+                    from mcp.client.streamable_http import streamable_http_client
+                    from mcp.shared._httpx_utils import create_mcp_http_client
+
+                    client = await stack.enter_async_context(create_mcp_http_client(headers=spec.headers or None))
+                    streams = await stack.enter_async_context(streamable_http_client(spec.url, http_client=client))
+                else:
+                    from mcp import StdioServerParameters
+                    from mcp.client.stdio import get_default_environment, stdio_client
+
+                    parameters = StdioServerParameters(command=spec.command, args=list(spec.args),
+                                                       env={**get_default_environment(), **spec.env},
+                                                       cwd=str(self.workdir) if self.workdir else None)
+                    streams = await stack.enter_async_context(stdio_client(parameters, errlog=server.log))
+                session = await stack.enter_async_context(ClientSession(streams[0], streams[1]))
+                await asyncio.wait_for(session.initialize(), START_TIMEOUT_S)
+                tools, cursor = [], None
+                while True:
+                    from mcp.types import PaginatedRequestParams
+
+                    listed = await session.list_tools(params=PaginatedRequestParams(cursor=cursor) if cursor else None)
+                    tools += listed.tools
+                    cursor = listed.next_cursor
+                    if not cursor:
+                        break
+                server.session = session
+                server.ready.set_result(tools)
+                await server.stop.wait()
+        except BaseException as exc:  # noqa: BLE001 -- told to the caller: at start, or on the next call
+            server.gone = server.gone or _failure(exc)
+            if not server.ready.done():
+                server.ready.set_exception(exc)
+        finally:
+            server.gone = server.gone or "it was stopped"
+            server.session = None
+
+    def _last_words(self, server: _Server) -> str:
+        """The last line the server wrote on its stderr, if any."""
+        try:
+            server.log.flush()
+            server.log.seek(0)
+            lines = [line.strip() for line in server.log.read()[-4000:].splitlines() if line.strip()]
+        except (OSError, ValueError, AttributeError):
+            return ""
+        return f"; it said: {lines[-1][:200]}" if lines else ""
+
+    def call(self, command: McpCommand, args: dict) -> Outcome:
+        """Call a tool and wait for its result, at most --exec-timeout: an observation whatever happens."""
+        text, ok, own = self._call(command, args)
+        if self.record is not None:
+            self.record(command, args, text, ok, own)
+        return outcome(command, text, ok, own)
+
+    def _call(self, command: McpCommand, args: dict) -> tuple[str, bool, bool]:
+        """(what came back, whether the call succeeded, whether the text is miniagi's own rather than the server's)"""
+        server = self.servers.get(slug(command.server))
+        if server is None or self.loop is None or server.session is None:
+            why = server.gone if server is not None and server.gone else "it is not running"
+            return f"the MCP server {command.server} is not available ({why}).", False, True
+        timeout = (f"no answer from the MCP server {command.server} within {self.timeout_s:g} s (the --exec-timeout "
+                   "limit); the call was abandoned.")
+        future = asyncio.run_coroutine_threadsafe(
+            server.session.call_tool(command.tool, args, read_timeout_seconds=self.timeout_s), self.loop)
+        try:
+            result = future.result(self.timeout_s + 5)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            return timeout, False, True
+        except Exception as exc:  # noqa: BLE001 -- whatever the SDK raised is the observation
+            failure = _failure(exc)
+            if "timed out" in failure.lower():
+                return timeout, False, True
+            if "connection closed" in failure.lower() or (server.done is not None and server.done.done()):
+                server.gone = "its connection closed: the server exited"
+                server.session = None
+                self._stop(server)
+                return (f"the MCP server {command.server} is gone ({server.gone}); its tools cannot be used for the "
+                        "rest of this run.", False, True)
+            return f"the call failed: {failure}", False, True
+        finally:
+            future.cancel()
+        if not hasattr(result, "content"):
+            kind = getattr(result, "result_type", type(result).__name__)
+            return f"the server answered with a {kind} result, which miniagi cannot use.", False, True
+        return result_text(result), not getattr(result, "is_error", False), False
+
+    def _stop(self, server: _Server) -> None:
+        if self.loop is not None and server.stop is not None:
+            self.loop.call_soon_threadsafe(server.stop.set)
+
+    def close(self) -> None:
+        """Stop every server (each ends its connection and its process) and forget their commands."""
+        unregister(self.commands)
+        self.commands = []
+        if self.loop is None:
+            return
+        for server in self.servers.values():
+            self._stop(server)
+        for server in self.servers.values():
+            if server.done is not None:
+                try:
+                    server.done.result(STOP_TIMEOUT_S)
+                except BaseException:  # noqa: BLE001 -- stopping: what went wrong was said when it did
+                    server.done.cancel()
+            if server.log is not None:
+                server.log.close()
+        loop, self.loop = self.loop, None
+        loop.call_soon_threadsafe(loop.stop)
+        if self.thread is not None:
+            self.thread.join(STOP_TIMEOUT_S)
+        if not loop.is_running():
+            loop.close()
+
+
+class RecordedMcp:
+    """The MCP tools of a recorded run, for `replay`: no server is started; each call gets the result recorded for
+    the same command, in order (so no approval is asked: nothing acts outside)."""
+
+    def __init__(self, definitions: list[dict], calls: list[dict]):
+        self.definitions = [d for d in definitions if isinstance(d, dict) and {"server", "prefix", "tool"} <= d.keys()]
+        self.calls: dict[str, list[dict]] = {}
+        for call in calls:
+            self.calls.setdefault(str(call.get("command")), []).append(call)
+        self.commands: list[McpCommand] = []
+        self.record = None
+
+    @property
+    def running(self) -> bool:
+        return bool(self.commands)
+
+    def start(self) -> None:
+        if not self.commands and self.definitions:
+            self.commands = make_commands(self.definitions, self.call, needs_approval=False)
+            register(self.commands)
+
+    def call(self, command: McpCommand, args: dict) -> Outcome:
+        queue = self.calls.get(command.name)
+        if not queue:
+            text, ok, own = "replay: the recording holds no result for this call.", False, True
+        else:
+            recorded = queue.pop(0)
+            text, ok, own = str(recorded.get("result", "")), bool(recorded.get("ok")), bool(recorded.get("own"))
+        if self.record is not None:
+            self.record(command, args, text, ok, own)
+        return outcome(command, text, ok, own)
+
+    def close(self) -> None:
+        unregister(self.commands)
+        self.commands = []
