@@ -117,6 +117,26 @@ def truncate_middle(text: str, counter: TokenCounter, max_tokens: int) -> str:
     return fit(text, counter, max_tokens)[0]
 
 
+CUT_HINT = "\n[this output was cut to fit the context: print a part of it (a slice, a search) to see the rest]"
+
+
+def cut_around(text: str, query: str, counter: TokenCounter, max_tokens: int) -> str:
+    """Text within max_tokens: whole when it fits; else its last lines (where programs say how they ended) and,
+    from the rest, the whole lines or sentences that matter most to `query` (the step's thought and argument) and
+    what is distinctive, with how to see the rest. By position (head and tail) only when no such piece fits."""
+    if counter.surely_within(text, max_tokens) or counter.count(text) <= max_tokens:
+        return text
+    room = max_tokens - counter.count(CUT_HINT) - 2
+    lines, tail = text.rstrip("\n").split("\n"), []
+    while len(lines) > 1 and counter.count("\n".join([lines[-1], *tail])) <= room // 4:
+        tail.insert(0, lines.pop())
+    tail_text = "\n".join(tail)
+    body = excerpt("\n".join(lines), query, counter, room - (counter.count(tail_text) + 1 if tail else 0))
+    if not body:
+        return truncate_middle(text, counter, max_tokens)
+    return f"{body}{CUT_HINT}\n{tail_text}" if tail else body + CUT_HINT  # the hint where the gap is
+
+
 def fit(text: str, counter: TokenCounter, max_tokens: int) -> tuple[str, int]:
     """truncate_middle, and the token count of its result (known without encoding it again)."""
     if counter.surely_within(text, max_tokens):
@@ -282,8 +302,7 @@ class ContextBuilder:
         left = max(40, room - self.counter.count(notes_text) - 2 * MESSAGE_OVERHEAD)
         reply_room = max(20, left // 3)
         reply = dict(reply, content=truncate_middle(reply.get("content") or "", self.counter, reply_room) or None)
-        hint = ("\n[this output was cut to fit the context: print a part of it (a slice, a search) to see the rest]"
-                if record.command else "")
+        hint = CUT_HINT if record.command else ""
         body_room = max(20, left - self.message_tokens([reply]) + MESSAGE_OVERHEAD - self.counter.count(hint))
         text = observation["content"]
         head, _, output = text.partition("\n")  # "Observation (step N):" stays whole

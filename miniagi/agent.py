@@ -15,7 +15,7 @@ import sys
 from typing import Mapping
 
 from memory.budget import Budget
-from memory.context import ContextBuilder, ContextOverflow, StepRecord, truncate_middle
+from memory.context import ContextBuilder, ContextOverflow, StepRecord, cut_around, truncate_middle
 from memory.store import VectorMemory
 from memory.tokens import counter_for
 
@@ -219,14 +219,15 @@ class Agent:
     def step_record(self, number: int, thought: str, command: str, arg: str, observation: str,
                     raw_reply: str = "", notes: tuple = (), args: dict | None = None) -> StepRecord:
         """A step as the context shows it: every part within the per-item budget (the arguments' texts sharing
-        it)."""
+        it); an output over it is cut to what matters to the step's thought and argument, not by position."""
         limit = self.budget.item
         if args is not None:
             texts = [v for v in args.values() if isinstance(v, str)]
             share = max(20, limit // max(1, len(texts)))
             args = {k: truncate_middle(v, self.counter, share) if isinstance(v, str) else v for k, v in args.items()}
         return StepRecord(number, truncate_middle(thought, self.counter, limit), command,
-                          truncate_middle(arg, self.counter, limit), truncate_middle(observation, self.counter, limit),
+                          truncate_middle(arg, self.counter, limit),
+                          cut_around(observation, f"{thought} {arg}", self.counter, limit),
                           raw_reply=truncate_middle(raw_reply, self.counter, limit), notes=notes, args=args)
 
 

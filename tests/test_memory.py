@@ -316,3 +316,18 @@ def test_a_memorize_thoughts_step_leaves_only_its_note_in_the_store(llm, isolate
     ids = set(agent.vectors.collection.get(where={"run": result.run_id}, include=[])["ids"])
     run = result.run_id
     assert f"{run}:note:1" in ids and f"{run}:step:2" in ids and f"{run}:step:1" not in ids
+
+
+def test_an_output_over_the_item_budget_keeps_what_the_step_asked_for_not_its_head_and_tail(cli, llm):
+    """The first cut of a long output (to --max-memory-item-tokens) keeps the lines that matter to the step's
+    thought and argument, wherever they are, and says how to see the rest: a head-and-tail cut lost the middle."""
+    code = ("for i in range(400):\n"
+            "    print(f'row {i}: status nominal, nothing to report here today')\n"
+            "    if i == 200:\n"
+            "        print('the gate key is ZETA-9157')")
+    llm.add(act("execute_python", code, "find the gate key in the rows"), act("done", "ZETA-9157"))
+    proc = cli("-y", "--max-memory-item-tokens", "300", "Find the gate key")
+    assert proc.returncode == 0, proc.stderr
+    shown = json.dumps(llm.agent_requests()[1]["messages"])
+    assert "the gate key is ZETA-9157" in shown
+    assert "print a part of it (a slice, a search) to see the rest" in shown
