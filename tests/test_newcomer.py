@@ -257,13 +257,15 @@ def test_miniagis_own_env_example_works_as_written_and_its_ignored_names_are_sai
 
 
 def test_the_readme_installs_in_a_way_an_externally_managed_python_allows():
-    """Debian 12 and Ubuntu 23.04+ refuse `pip install .` into the system Python (PEP 668): the README's first
-    command installs with pipx (an environment of its own), and says what to do without it."""
+    """The README's first command works where only Python and pip are (`pip install .`); Debian 12 and Ubuntu
+    23.04+ refuse that into the system Python (PEP 668), so the README says, right under it, the line that works
+    there (pipx, or a virtual environment)."""
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     first = readme.split("```bash\n", 1)[1].split("\n```", 1)[0]
-    assert first.startswith("pipx install . && miniagi ")
+    assert first.startswith("pip install . && miniagi ")
     after = " ".join(readme.split(first, 1)[1].split("```bash", 1)[0].split())
-    assert "externally-managed-environment" in after and "apt install pipx" in after and "python3 -m venv" in after
+    assert "externally-managed-environment" in after and "pipx install ." in after and "apt install pipx" in after
+    assert "python3 -m venv" in after
     second = readme.split("```bash\n", 2)[2].split("\n```", 1)[0]
     assert second == 'pip install -e ".[test]" && python -m pytest -q'  # what CI runs (.ci/run), unchanged
 
