@@ -128,15 +128,21 @@ def configured_servers(settings, ui) -> list[ServerSpec]:
 
 def _trusted(path: Path, settings, ui) -> bool:
     """The work directory's .mcp.json is used once the person said yes to exactly these bytes (remembered in the
-    trust record of .env, $MINIAGI_HOME/trusted-env.json); with no one to ask it is not used, said in one line."""
+    trust record of .env: the default home's, ~/.miniagi/trusted-env.json, and its copy in the run's home, read and
+    written as the .env check does, or that check's merge would bring back the older digest); with no one to ask
+    it is not used, said in one line."""
+    from .config import Settings
     from .trust import TRUST_FILE, _load, _save
 
     try:
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
     except OSError:
         return False
-    record_path = settings.home_path / TRUST_FILE
-    record = _load(record_path)
+    record_paths = [Path(Settings.home).expanduser() / TRUST_FILE]
+    if settings.home_path / TRUST_FILE not in record_paths:
+        record_paths.append(settings.home_path / TRUST_FILE)
+    records = [_load(record_path) for record_path in record_paths]
+    record = {**records[-1], **records[0]}  # the default home's entries first, as the .env check merges them
     known = record.get(str(path))
     if isinstance(known, dict) and known.get(TRUST_KEY) == digest:
         return True
@@ -150,7 +156,15 @@ def _trusted(path: Path, settings, ui) -> bool:
         ui.warn(f"{path} was not used")
         return False
     record[str(path)] = {**(known if isinstance(known, dict) else {}), TRUST_KEY: digest}
-    _save(record_path, record)
+    saved = 0
+    for record_path in reversed(record_paths):
+        try:
+            _save(record_path, record)
+            saved += 1
+        except OSError:
+            pass
+    if not saved:
+        ui.warn(f"the yes to {path} could not be remembered: it will be asked about again")
     return True
 
 

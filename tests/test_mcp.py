@@ -300,6 +300,39 @@ def test_a_trusted_mcp_json_is_used_until_it_changes(isolated, tmp_path):
     assert configured_servers(settings, person) == [] and "was not used" in person.said[0]  # changed: asked again
 
 
+
+def test_a_changed_mcp_json_once_confirmed_is_not_asked_about_again(isolated):
+    """The yes is kept in the same record as .env's: the default home's (~/.miniagi), with a copy in the run's home.
+    A run's start-up check of .env merges the two, the default home's entries winning; a yes kept only in the run's
+    home was overwritten there by the older digest, and the changed file was asked about at every run."""
+    from miniagi.config import Settings
+    from miniagi.mcp_tools import configured_servers
+    from miniagi.trust import DotenvGuard
+
+    class Person:
+        interactive, asked = True, []
+
+        def confirm(self, question):
+            self.asked.append(question)
+            return True
+
+        def warn(self, text):
+            pass
+
+    settings, person = Settings(workdir=str(isolated.work), home=str(isolated.home)), Person()
+
+    def start_a_run() -> list[str]:  # what a run does first: the .env check, then the servers
+        DotenvGuard(settings, {}).check(person)
+        return [spec.name for spec in configured_servers(settings, person)]
+
+    (isolated.work / ".mcp.json").write_text(json.dumps({"mcpServers": {"a": {"command": "a-server"}}}))
+    assert start_a_run() == ["a"] and len(person.asked) == 1
+    assert start_a_run() == ["a"] and len(person.asked) == 1
+    (isolated.work / ".mcp.json").write_text(json.dumps({"mcpServers": {"b": {"command": "b-server"}}}))
+    assert start_a_run() == ["b"] and len(person.asked) == 2  # changed: asked, and yes
+    assert start_a_run() == ["b"] and len(person.asked) == 2  # remembered
+    assert start_a_run() == ["b"] and len(person.asked) == 2
+
 # --- lifecycle ----------------------------------------------------------------------------------------------------
 @real_servers
 def test_replay_starts_no_server_and_answers_with_the_recorded_results(cli, llm, isolated, tmp_path, repo):

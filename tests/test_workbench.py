@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -412,3 +413,40 @@ def test_a_run_refused_at_its_first_request_says_on_its_page_that_it_was_not_kep
     assert "rejected the API key" in polled.json()["log"]
     other = bench.client.get(f"{bench}/runs/20990101-000000-abcdef")  # a run this UI did not start
     assert other.status_code == 404 and "not kept" in other.text and "was not kept: it ended" not in other.text
+
+
+def test_in_a_browser_a_confirmed_mcp_json_moves_on_to_the_run(llm, isolated, bench, browser):
+    """A `.mcp.json` in the work directory is asked about before any run exists, in the session's page. After
+    Approve the browser must not be left on that question (already answered, its form now stale): the page goes on
+    to the run, whose tool call works."""
+    from selenium.webdriver.common.by import By
+
+    from .test_mcp import PROBE
+
+    (isolated.work / ".mcp.json").write_text(json.dumps({"mcpServers": {"probe": {
+        "command": sys.executable, "args": [PROBE]}}}))
+    llm.add(act("probe__add", '{"a": 2, "b": 40}'), act("done", "forty-two"))
+    browser.get(f"{bench}/?token={bench.token}")
+    type_into(browser, "objective", "add with the probe")
+    browser.find_element(By.CSS_SELECTOR, "form#start input[name=yes]").click()
+    button(browser, "Start").click()
+    wait_for(lambda: ".mcp.json asks to start MCP servers" in browser.find_element(By.TAG_NAME, "main").text,
+             "the session's page asks about .mcp.json")
+    button(browser, "Approve").click()
+    run_id = on_run_page(browser)
+    wait_for(lambda: status(browser) == "done", "the run ends")
+    assert "42" in events_text(browser) and run_id in {p.name for p in run_dirs(isolated.home)}
+    assert not present(browser, "//button[normalize-space()='Approve']")
+
+
+def test_an_answered_question_is_no_longer_offered(tmp_path):
+    """Between the page's answer and the run taking it (its next look, up to POLL_S later), the question's file is
+    still there: the UI must not offer it again (a page drawn then would show a stale form that answers 409)."""
+    from miniagi.webui.control import Channel, write_whole
+
+    channel = Channel(tmp_path)
+    write_whole(tmp_path / "question.json", json.dumps({"id": "q1", "kind": "confirm", "run_id": "", "message": "?"}))
+    assert channel.question()["id"] == "q1"
+    assert channel.answer("q1", {"run": True})
+    assert channel.question() is None  # answered: nothing waits for the page any more
+    assert not channel.answer("q1", {"run": True})  # and answering again is refused (409 in the page)

@@ -86,7 +86,13 @@ class Channel:
             return []
 
     def question(self) -> dict | None:
-        return read_json(self.path / "question.json")
+        """The question waiting for the page: not one answered already (the run takes the answer at its next look,
+        so for a moment both files are there; a page drawn then must not offer the question again)."""
+        question = read_json(self.path / "question.json")
+        if question is None:
+            return None
+        answered = read_json(self.path / "answer.json")
+        return None if answered is not None and answered.get("id") == question.get("id") else question
 
     def answer(self, qid: str, answer: dict) -> bool:
         """Answer the question now waiting, if its id is `qid` (an old page cannot answer a newer question)."""
