@@ -487,3 +487,28 @@ def test_exec_disk_counts_allocated_blocks_and_files_whatever_call_made_them(cli
     assert "files in the work directory" in seen[1] + seen[2] and "10,000" in seen[1] + seen[2], seen
     assert "Not run" in seen[2] or "Stopped" in seen[1], seen
     assert "after" not in seen[2]
+
+
+def test_code_cannot_read_what_bwrap_hides_through_the_agents_own_read(cli, llm, isolated):
+    """The agent reads files outside the sandbox: code called read() on ~/.ssh/id_ed25519, ~/.bashrc and the
+    agent's home and got them, and a link it planted in the work directory led a later step's process_data there."""
+    user_home = isolated.work.parent / "user-home"
+    (user_home / ".ssh").mkdir(parents=True)
+    (user_home / ".ssh" / "id_ed25519").write_text("PRIVATE-KEY-BODY\n")
+    (user_home / ".bashrc").write_text("BASHRC-BODY\n")
+    isolated.home.mkdir(parents=True, exist_ok=True)
+    (isolated.home / "agent-file.txt").write_text("AGENT-HOME-BODY\n")
+    (isolated.work / "notes.txt").write_text("NOTES-BODY\n")
+    code = ("for p in ['~/.ssh/id_ed25519', '~/.bashrc', " + repr(str(isolated.home / "agent-file.txt"))
+            + ", 'notes.txt']:\n    print(p, str(read(p)))\n"
+            + f"import os\nos.symlink({str(user_home / '.ssh' / 'id_ed25519')!r}, 'planted.txt')\n")
+    llm.add(act("execute_python", code), act("process_data", "what is it?|planted.txt"),
+            act("done", "ok"))
+    proc = cli("-y", "--sandbox", "bwrap", "read them", process=True)
+    assert proc.returncode == 0, proc.stderr
+    seen = json.dumps(llm.requests)
+    assert "NOTES-BODY" in seen  # the work directory is code's to read
+    for secret in ("PRIVATE-KEY-BODY", "BASHRC-BODY", "AGENT-HOME-BODY"):
+        assert secret not in seen
+    assert seen.count("is hidden from executed code by the sandbox") >= 4
+    assert "planted.txt is hidden from executed code" in seen  # the model's own step, led by a planted link
