@@ -512,3 +512,30 @@ def test_code_cannot_read_what_bwrap_hides_through_the_agents_own_read(cli, llm,
         assert secret not in seen
     assert seen.count("is hidden from executed code by the sandbox") >= 4
     assert "planted.txt is hidden from executed code" in seen  # the model's own step, led by a planted link
+
+
+def _writable_sys_knob() -> str | None:
+    """A kernel setting under /sys that this process could write (opened for writing, never written)."""
+    for knob in ("/sys/module/printk/parameters/time", "/sys/kernel/mm/transparent_hugepage/enabled",
+                 "/sys/kernel/mm/transparent_hugepage/defrag"):
+        try:
+            os.close(os.open(knob, os.O_WRONLY))
+            return knob
+        except OSError:
+            continue
+    return None
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or _writable_sys_knob() is None,
+                    reason="only real root can write the kernel's settings under /sys")
+@pytest.mark.parametrize("kind", ["bwrap", "namespace"])
+def test_as_root_code_cannot_open_the_kernels_settings_under_sys_for_writing(cli, llm, isolated, kind):
+    """/proc was made read-only, but under namespace /sys stayed writable: root code could open module
+    parameters and transparent_hugepage (uevent_helper, where it exists, runs a program as the host's root)."""
+    code = (f"import os\ntry:\n    os.close(os.open({_writable_sys_knob()!r}, os.O_WRONLY))\n    print('SYS OPENED')\n"
+            "except OSError as exc:\n    print('SYS BLOCKED', exc.strerror)\n")
+    llm.add(act("execute_python", code), act("done", "ok"))
+    proc = cli("-y", "--sandbox", kind, "touch the kernel", process=True)
+    assert proc.returncode == 0, proc.stderr
+    _, seen = newest(isolated.home)
+    assert "SYS BLOCKED" in seen[1] and "SYS OPENED" not in seen[1], seen[1]
