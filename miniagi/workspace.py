@@ -100,24 +100,22 @@ class RunWorkspace:
     def read(self, source: str) -> Document:
         if self.offline and is_url(source):
             raise SourceError("a replay contacts nothing: the recorded run's reading is in its trace")
-        if not is_url(source):
-            self._within_code_view(source)
-        return read_source(source, self.workdir, self.settings.read_timeout)
+        return read_source(source, self.workdir, self.settings.read_timeout, allow=self._within_code_view)
 
-    def _within_code_view(self, source: str) -> None:
+    def _within_code_view(self, path: Path, opened: Path) -> None:
         """The agent reads files outside the sandbox, so what the sandbox hides from code it does not read for
         code (a call from execute_python), nor through a link that leads from what code sees to what it does not
-        (code could have planted it for a later step's ingest_data)."""
-        spec = Path(source.strip().strip("'\"<>")).expanduser()
-        path = Path(os.path.abspath(spec if spec.is_absolute() else self.workdir / spec))
+        (code could have planted it for a later step's ingest_data). Judged by the file opened (a link swapped
+        meanwhile changes nothing) and by the name as given (its folders in the work directory are code's)."""
         sandbox = self.execution.sandbox
-        target = Path(os.path.realpath(path))
-        if not sandbox.hides(target):
+        if not sandbox.hides(opened):
             return
-        where = Path(os.path.realpath(path.parent)) / path.name  # the link itself, where it lies
-        if self.from_code or not sandbox.hides(where):
-            raise SourceError(f"{source.strip()} is hidden from executed code by the sandbox, so it is not read "
-                              "for it (name it with --sandbox-allow to let code see it)")
+        named, workdir = Path(os.path.abspath(path)), Path(os.path.abspath(self.workdir))
+        if named.is_relative_to(workdir):
+            named = Path(os.path.realpath(workdir)) / named.relative_to(workdir)
+        if self.from_code or not sandbox.hides(named):
+            raise SourceError(f"{path} is hidden from executed code by the sandbox, so it is not read for it (name "
+                              "it with --sandbox-allow to let code see it)")
 
     def progress(self, text: str) -> None:
         self.ui.progress(text)

@@ -539,3 +539,39 @@ def test_as_root_code_cannot_open_the_kernels_settings_under_sys_for_writing(cli
     assert proc.returncode == 0, proc.stderr
     _, seen = newest(isolated.home)
     assert "SYS BLOCKED" in seen[1] and "SYS OPENED" not in seen[1], seen[1]
+
+
+def test_a_link_swapped_while_the_agent_reads_does_not_lead_it_to_a_hidden_file(cli, llm, isolated):
+    """The hidden-file check went by name, then the file was opened: a thread of code's swapping planted.txt
+    between a file and a link to ~/.ssh/id_ed25519 got the key through read() (55 of 400 reads). What was
+    opened is judged now."""
+    secret = isolated.work.parent / "user-home" / ".ssh" / "id_ed25519"
+    secret.parent.mkdir(parents=True)
+    secret.write_text("PRIVATE-KEY-BODY\n")
+    code = f"""import os, threading
+stop = False
+def swap():
+    while not stop:
+        try:
+            with open('n.tmp', 'w') as f:
+                f.write('harmless')
+            os.replace('n.tmp', 'planted.txt')
+            if os.path.lexists('l.tmp'):
+                os.remove('l.tmp')
+            os.symlink({str(secret)!r}, 'l.tmp')
+            os.replace('l.tmp', 'planted.txt')
+        except OSError:
+            pass
+swapper = threading.Thread(target=swap, daemon=True)
+swapper.start()
+texts = [str(read('planted.txt')) for _ in range(400)]
+stop = True
+swapper.join()
+print('KEY SEEN', sum('PRIVATE-KEY-' + 'BODY' in t for t in texts), 'HARMLESS', sum('harmless' in t for t in texts))
+"""
+    llm.add(act("execute_python", code), act("done", "ok"))
+    proc = cli("-y", "--sandbox", "bwrap", "race the reader", process=True, timeout=200)
+    assert proc.returncode == 0, proc.stderr
+    seen = json.dumps(llm.requests)
+    assert "PRIVATE-KEY-BODY" not in seen and "KEY SEEN 0 HARMLESS" in seen, seen[-2000:]
+    assert "HARMLESS 0" not in seen  # the race was run: the harmless file was read too
