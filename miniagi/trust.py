@@ -39,6 +39,7 @@ SANDBOX_STRENGTH = {"none": 0, "namespace": 1, "bwrap": 2, "auto": 2}  # auto: t
 HARMLESS = ("model", "summarizer_model", "critic_model", "protocol", "temperature", "critic", "critic_every")
 SENSITIVE = tuple(name for name in OPTIONS_BY_NAME if name not in HARMLESS)
 TRUST_FILE = "trusted-env.json"
+MAX_SIBLINGS = 20
 CODE_DIRS = "code-ran-in"  # the record's list of the work directories code has run in: a .env below them is theirs
 TARGET = "(target)"  # in a file's record: the hash of the file a linked .env pointed to
 
@@ -113,7 +114,7 @@ class DotenvGuard:
                 raise ConfigError(f"{self.path} was not used: edit it, or give the setting in the environment or as "
                                   "an option")
         record[str(self.path)] = {**(known or {}), **{name: _digest(value) for name, value in used.items()}}
-        record[CODE_DIRS] = sorted({*code_dirs, os.path.realpath(self.settings.workdir_path)})
+        record[CODE_DIRS] = _code_dirs_with(code_dirs, os.path.realpath(self.settings.workdir_path))
         workdir_env = str(self.settings.workdir_path / ".env")
         if workdir_env not in record:  # code will run beside it: from now on, what it holds is what was seen
             from dotenv import dotenv_values
@@ -143,6 +144,19 @@ class DotenvGuard:
                 found.append(path)
                 self.watched[path] = now
         return sorted(found)
+
+
+def _code_dirs_with(places: list[str], workdir: str) -> list[str]:
+    """The list with this work directory; many siblings (a batch's objectives, work/1 … work/N) become their
+    folder, so the record does not grow with every objective (asking about a .env there too is the cost)."""
+    if any(_under(workdir, place) for place in places):
+        return places
+    places = [place for place in places if not _under(place, workdir)] + [workdir]
+    parent = os.path.dirname(workdir)
+    siblings = [place for place in places if os.path.dirname(place) == parent]
+    if len(siblings) > MAX_SIBLINGS and parent != "/":
+        places = [place for place in places if not _under(place, parent)] + [parent]
+    return sorted(places)
 
 
 def _listed(value) -> list[str]:
