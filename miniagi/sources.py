@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
+from typing import Callable
 
 MAX_FILE_BYTES = 50 * 1024 * 1024
 MAX_URL_BYTES = 10 * 1024 * 1024
@@ -54,8 +55,10 @@ def is_url(text: str) -> bool:
     return bool(re.match(r"https?://", text.strip(), re.I))
 
 
-def read_source(spec: str, workdir: Path, timeout_s: float = URL_TIMEOUT_S * 4) -> Document:
-    """The text of a file or URL; within timeout_s in all for a URL (a server that trickles is cut off)."""
+def read_source(spec: str, workdir: Path, timeout_s: float = URL_TIMEOUT_S * 4,
+                allow: Callable[[Path, Path], None] | None = None) -> Document:
+    """The text of a file or URL; within timeout_s in all for a URL (a server that trickles is cut off). A file is
+    opened, then `allow(path as named, path of what was opened)` may refuse it (SourceError)."""
     spec = spec.strip().strip("'\"<>")
     if not spec:
         raise SourceError("no source given: name a file path or an http(s) URL")
@@ -63,11 +66,11 @@ def read_source(spec: str, workdir: Path, timeout_s: float = URL_TIMEOUT_S * 4) 
         return read_url(spec, timeout_s)
     if re.match(r"^[a-z][a-z0-9+.-]*://", spec, re.I):
         raise SourceError(f"{spec!r}: only http:// and https:// URLs can be read")
-    return read_file(spec, workdir)
+    return read_file(spec, workdir, allow)
 
 
 # --- files ------------------------------------------------------------------------------------------------------
-def read_file(spec: str, workdir: Path) -> Document:
+def read_file(spec: str, workdir: Path, allow: Callable[[Path, Path], None] | None = None) -> Document:
     path = Path(spec).expanduser()
     path = path if path.is_absolute() else Path(workdir) / path
     if not path.exists():
@@ -81,6 +84,12 @@ def read_file(spec: str, workdir: Path) -> Document:
     except OSError as exc:
         raise SourceError(f"cannot read {spec}: {exc.strerror or exc}") from None
     with os.fdopen(fd, "rb") as handle:
+        if allow is not None:  # judged by what was opened, not by a name that a link can change meanwhile
+            try:
+                opened = Path(os.readlink(f"/proc/self/fd/{fd}"))
+            except OSError:
+                opened = Path(os.path.realpath(path))
+            allow(path, opened)
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise SourceError(f"{spec} is not a regular file ({_file_kind(info.st_mode)}): only files with "

@@ -6,8 +6,9 @@ trace (resume, replay). See docs/security.md.
   of each value, in `~/.miniagi/trusted-env.json` (whatever --home says: another home cannot sidestep it; the
   run's own home keeps a copy). When one of them is new or changed since miniagi last used that file, or a linked
   `.env` points elsewhere, the person at the terminal is asked; with no one to ask, the run is refused (exit 2). A
-  file miniagi has never used (nor run code beside) is trusted as it is, and remembered: a `.env` that appears
-  where a run worked was remembered as absent. A `.env` changed during a run is reported at its end.
+  file miniagi has never used, nor run code in or above its folder, is trusted as it is, and remembered: a `.env`
+  that appears where a run worked (its work directory or a folder code made there) is asked about.
+  A `.env` changed during a run is reported at its end.
 - A trace's settings are the run's own record, and code that the run executed could rewrite them. `resume` and
   `replay` take the widening settings from the user's current settings, never from the trace, and a limit only as
   low as the trace has it; every difference is said.
@@ -38,6 +39,8 @@ SANDBOX_STRENGTH = {"none": 0, "namespace": 1, "bwrap": 2, "auto": 2}  # auto: t
 HARMLESS = ("model", "summarizer_model", "critic_model", "protocol", "temperature", "critic", "critic_every")
 SENSITIVE = tuple(name for name in OPTIONS_BY_NAME if name not in HARMLESS)
 TRUST_FILE = "trusted-env.json"
+MAX_SIBLINGS = 20
+CODE_DIRS = "code-ran-in"  # the record's list of the work directories code has run in: a .env below them is theirs
 TARGET = "(target)"  # in a file's record: the hash of the file a linked .env pointed to
 
 
@@ -89,6 +92,9 @@ class DotenvGuard:
         records = [_load(path) for path in record_paths]
         record = {**records[-1], **records[0]}  # the default home's entries first
         known = record.get(str(self.path))
+        code_dirs = sorted({*_listed(records[0].get(CODE_DIRS)), *_listed(records[-1].get(CODE_DIRS))})
+        if known is None and any(_under(str(self.path.parent), place) for place in code_dirs):
+            known = {}  # never used, but where code has run (a folder code made in its work directory): not trusted
         target = os.path.realpath(self.path) if self.path.is_symlink() else None
         if target is not None:  # a linked .env is judged by what it points to, and remembered with it
             used = {**used, TARGET: target}
@@ -108,6 +114,7 @@ class DotenvGuard:
                 raise ConfigError(f"{self.path} was not used: edit it, or give the setting in the environment or as "
                                   "an option")
         record[str(self.path)] = {**(known or {}), **{name: _digest(value) for name, value in used.items()}}
+        record[CODE_DIRS] = _code_dirs_with(code_dirs, os.path.realpath(self.settings.workdir_path))
         workdir_env = str(self.settings.workdir_path / ".env")
         if workdir_env not in record:  # code will run beside it: from now on, what it holds is what was seen
             from dotenv import dotenv_values
@@ -137,6 +144,27 @@ class DotenvGuard:
                 found.append(path)
                 self.watched[path] = now
         return sorted(found)
+
+
+def _code_dirs_with(places: list[str], workdir: str) -> list[str]:
+    """The list with this work directory; many siblings (a batch's objectives, work/1 … work/N) become their
+    folder, so the record does not grow with every objective (asking about a .env there too is the cost)."""
+    if any(_under(workdir, place) for place in places):
+        return places
+    places = [place for place in places if not _under(place, workdir)] + [workdir]
+    parent = os.path.dirname(workdir)
+    siblings = [place for place in places if os.path.dirname(place) == parent]
+    if len(siblings) > MAX_SIBLINGS and parent != "/":
+        places = [place for place in places if not _under(place, parent)] + [parent]
+    return sorted(places)
+
+
+def _listed(value) -> list[str]:
+    return [item for item in value if isinstance(item, str)] if isinstance(value, list) else []
+
+
+def _under(path: str, parent: str) -> bool:
+    return path == parent or path.startswith(parent.rstrip("/") + "/")
 
 
 def _sensitive_name(name: str) -> bool:

@@ -4,6 +4,7 @@ sources, the document shelf and the summarizer model (the `Workspace` protocol o
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 from typing import Callable, Mapping
 
@@ -44,7 +45,7 @@ class RunWorkspace:
         self.workdir: Path = settings.workdir_path
         # its sandbox and limits; code calls the agent's commands through tool_handler
         self.execution = CodeRunner(settings, environ, budget.item_chars, tools=python_tools(),
-                                    tool_handler=lambda name, arg: self.tool_handler(name, arg))
+                                    tool_handler=self._code_calls)
         # what code prints, shown as it prints it (in a terminal: elsewhere the output is not read twice)
         self.execution.on_output = ui.code_line if getattr(ui, "live", False) else None
         self.search_backend = search_backend
@@ -58,6 +59,7 @@ class RunWorkspace:
         self.step: Callable[[], int] = lambda: 0
         # runs a command that code in execute_python called as a function
         self.tool_handler: Callable[[str, str], dict] | None = None
+        self.from_code = 0  # inside a command that code called as a function
         self.mcp = None  # the run's MCP servers (mcp_tools.McpTools): they live as long as this workspace
 
     def attach(self, *, memory: RunMemory, summarize: Callable[[str], str], step: Callable[[], int],
@@ -88,10 +90,32 @@ class RunWorkspace:
             raise SearchUnavailable("a replay contacts nothing")
         return search(self.search_backend, query, max_results)
 
+    def _code_calls(self, name: str, arg: str) -> dict:
+        self.from_code += 1
+        try:
+            return self.tool_handler(name, arg)
+        finally:
+            self.from_code -= 1
+
     def read(self, source: str) -> Document:
         if self.offline and is_url(source):
             raise SourceError("a replay contacts nothing: the recorded run's reading is in its trace")
-        return read_source(source, self.workdir, self.settings.read_timeout)
+        return read_source(source, self.workdir, self.settings.read_timeout, allow=self._within_code_view)
+
+    def _within_code_view(self, path: Path, opened: Path) -> None:
+        """The agent reads files outside the sandbox, so what the sandbox hides from code it does not read for
+        code (a call from execute_python), nor through a link that leads from what code sees to what it does not
+        (code could have planted it for a later step's ingest_data). Judged by the file opened (a link swapped
+        meanwhile changes nothing) and by the name as given (its folders in the work directory are code's)."""
+        sandbox = self.execution.sandbox
+        if not sandbox.hides(opened):
+            return
+        named, workdir = Path(os.path.abspath(path)), Path(os.path.abspath(self.workdir))
+        if named.is_relative_to(workdir):
+            named = Path(os.path.realpath(workdir)) / named.relative_to(workdir)
+        if self.from_code or not sandbox.hides(named):
+            raise SourceError(f"{path} is hidden from executed code by the sandbox, so it is not read for it (name "
+                              "it with --sandbox-allow to let code see it)")
 
     def progress(self, text: str) -> None:
         self.ui.progress(text)

@@ -487,3 +487,91 @@ def test_exec_disk_counts_allocated_blocks_and_files_whatever_call_made_them(cli
     assert "files in the work directory" in seen[1] + seen[2] and "10,000" in seen[1] + seen[2], seen
     assert "Not run" in seen[2] or "Stopped" in seen[1], seen
     assert "after" not in seen[2]
+
+
+def test_code_cannot_read_what_bwrap_hides_through_the_agents_own_read(cli, llm, isolated):
+    """The agent reads files outside the sandbox: code called read() on ~/.ssh/id_ed25519, ~/.bashrc and the
+    agent's home and got them, and a link it planted in the work directory led a later step's process_data there."""
+    user_home = isolated.work.parent / "user-home"
+    (user_home / ".ssh").mkdir(parents=True)
+    (user_home / ".ssh" / "id_ed25519").write_text("PRIVATE-KEY-BODY\n")
+    (user_home / ".bashrc").write_text("BASHRC-BODY\n")
+    isolated.home.mkdir(parents=True, exist_ok=True)
+    (isolated.home / "agent-file.txt").write_text("AGENT-HOME-BODY\n")
+    (isolated.work / "notes.txt").write_text("NOTES-BODY\n")
+    code = ("for p in ['~/.ssh/id_ed25519', '~/.bashrc', " + repr(str(isolated.home / "agent-file.txt"))
+            + ", 'notes.txt']:\n    print(p, str(read(p)))\n"
+            + f"import os\nos.symlink({str(user_home / '.ssh' / 'id_ed25519')!r}, 'planted.txt')\n")
+    llm.add(act("execute_python", code), act("process_data", "what is it?|planted.txt"),
+            act("done", "ok"))
+    proc = cli("-y", "--sandbox", "bwrap", "read them", process=True)
+    assert proc.returncode == 0, proc.stderr
+    seen = json.dumps(llm.requests)
+    assert "NOTES-BODY" in seen  # the work directory is code's to read
+    for secret in ("PRIVATE-KEY-BODY", "BASHRC-BODY", "AGENT-HOME-BODY"):
+        assert secret not in seen
+    assert seen.count("is hidden from executed code by the sandbox") >= 4
+    assert "planted.txt is hidden from executed code" in seen  # the model's own step, led by a planted link
+
+
+def _writable_sys_knob() -> str | None:
+    """A kernel setting under /sys that this process could write (opened for writing, never written)."""
+    for knob in ("/sys/module/printk/parameters/time", "/sys/kernel/mm/transparent_hugepage/enabled",
+                 "/sys/kernel/mm/transparent_hugepage/defrag"):
+        try:
+            os.close(os.open(knob, os.O_WRONLY))
+            return knob
+        except OSError:
+            continue
+    return None
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or _writable_sys_knob() is None,
+                    reason="only real root can write the kernel's settings under /sys")
+@pytest.mark.parametrize("kind", ["bwrap", "namespace"])
+def test_as_root_code_cannot_open_the_kernels_settings_under_sys_for_writing(cli, llm, isolated, kind):
+    """/proc was made read-only, but under namespace /sys stayed writable: root code could open module
+    parameters and transparent_hugepage (uevent_helper, where it exists, runs a program as the host's root)."""
+    code = (f"import os\ntry:\n    os.close(os.open({_writable_sys_knob()!r}, os.O_WRONLY))\n    print('SYS OPENED')\n"
+            "except OSError as exc:\n    print('SYS BLOCKED', exc.strerror)\n")
+    llm.add(act("execute_python", code), act("done", "ok"))
+    proc = cli("-y", "--sandbox", kind, "touch the kernel", process=True)
+    assert proc.returncode == 0, proc.stderr
+    _, seen = newest(isolated.home)
+    assert "SYS BLOCKED" in seen[1] and "SYS OPENED" not in seen[1], seen[1]
+
+
+def test_a_link_swapped_while_the_agent_reads_does_not_lead_it_to_a_hidden_file(cli, llm, isolated):
+    """The hidden-file check went by name, then the file was opened: a thread of code's swapping planted.txt
+    between a file and a link to ~/.ssh/id_ed25519 got the key through read() (55 of 400 reads). What was
+    opened is judged now."""
+    secret = isolated.work.parent / "user-home" / ".ssh" / "id_ed25519"
+    secret.parent.mkdir(parents=True)
+    secret.write_text("PRIVATE-KEY-BODY\n")
+    code = f"""import os, threading
+stop = False
+def swap():
+    while not stop:
+        try:
+            with open('n.tmp', 'w') as f:
+                f.write('harmless')
+            os.replace('n.tmp', 'planted.txt')
+            if os.path.lexists('l.tmp'):
+                os.remove('l.tmp')
+            os.symlink({str(secret)!r}, 'l.tmp')
+            os.replace('l.tmp', 'planted.txt')
+        except OSError:
+            pass
+swapper = threading.Thread(target=swap, daemon=True)
+swapper.start()
+texts = [str(read('planted.txt')) for _ in range(400)]
+stop = True
+swapper.join()
+print('KEY SEEN', sum('PRIVATE-KEY-' + 'BODY' in t for t in texts), 'HARMLESS', sum('harmless' in t for t in texts))
+"""
+    llm.add(act("execute_python", code), act("done", "ok"))
+    proc = cli("-y", "--sandbox", "bwrap", "race the reader", process=True, timeout=200)
+    assert proc.returncode == 0, proc.stderr
+    seen = json.dumps(llm.requests)
+    assert "PRIVATE-KEY-BODY" not in seen and "KEY SEEN 0 HARMLESS" in seen, seen[-2000:]
+    assert "HARMLESS 0" not in seen  # the race was run: the harmless file was read too

@@ -279,3 +279,28 @@ def test_run_files_are_never_written_through_a_link(tmp_path):
     with pytest.raises(OSError):
         record.append({"type": "run_start"})
     assert target.read_text() == "# the user's own\n"
+
+
+def test_a_dotenv_code_wrote_in_a_folder_of_its_work_directory_is_not_trusted_as_new(cli, llm, isolated):
+    """Only the work directory's own .env was remembered: code made app/.env (an endpoint of its choosing, the
+    user's home as work directory), and a later plain run in app/ took it as a file never used and sent the key
+    there. Now a .env in or below a folder code has run in needs the user's yes like one that changed."""
+    from .fake_llm import FakeLLM
+
+    user_home, bashrc = _user_home(isolated)
+    with FakeLLM() as attacker:
+        planted = f"OPENAI_BASE_URL={attacker.url}\\nMINIAGI_WORKDIR={user_home}\\n"
+        llm.add(act("execute_shell", f"mkdir -p app && printf '{planted}' > app/.env"), act("done", "made"))
+        first = cli("-y", "--sandbox", "bwrap", "make an app", process=True)
+        assert first.returncode == 0 and (isolated.work / "app" / ".env").is_file(), first.stderr
+        attacker.add(act("execute_shell", f"echo pwned >> {bashrc}"), act("done", "never"))
+        second = cli("-y", "work on the app", process=True, cwd=isolated.work / "app", env={"OPENAI_BASE_URL": None})
+        assert second.returncode == 2 and "OPENAI_BASE_URL" in second.stderr, second.stderr
+        assert "MINIAGI_WORKDIR" in second.stderr and len(second.stderr.strip().splitlines()) == 1
+        assert attacker.requests == [] and bashrc.read_text() == "# the user's own\n"
+    # a folder no code has run in: a .env there is still taken as it is, the first time
+    fresh = isolated.work.parent / "fresh"
+    fresh.mkdir()
+    (fresh / ".env").write_text("MINIAGI_MAX_STEPS=7\n")
+    llm.add(act("done", "fine"))
+    assert cli("-y", "fresh", process=True, cwd=fresh).returncode == 0

@@ -11,8 +11,8 @@ does not outlive an agent that was killed.
 With --drop-privileges (the namespace sandbox, made by `unshare --user --map-root-user`, where the code would
 otherwise hold every capability of its user namespace, and as real root, write access to every root-owned file),
 it first remounts the cgroup file systems read-only, so the run's process and memory caps cannot be raised or
-left, and /proc (whose /proc/sys a uid 0 that is the host's root could write), then drops every capability for
-good: `umount /proc` can no longer bring the host's /proc back.
+left, and /proc and /sys (whose /proc/sys and kernel knobs a uid 0 that is the host's root could write), then
+drops every capability for good: `umount /proc` can no longer bring the host's /proc back.
 
 With --become-root (bwrap started by root, see hostids.py: bwrap leaves it every capability of a user namespace
 where the host's root is not mapped), it takes that namespace's uid and gid 0 (nobody outside) and no
@@ -36,6 +36,15 @@ KEPT_FLAGS = ((os.ST_NOSUID, 2), (os.ST_NODEV, 4), (os.ST_NOEXEC, 8), (os.ST_NOA
               (os.ST_NODIRATIME, 2048), (os.ST_RELATIME, MS_RELATIME))
 
 
+def _host_root() -> bool:
+    """Whether uid 0 here is the host's root (the namespace maps it to 0 outside)."""
+    try:
+        with open("/proc/self/uid_map") as mapping:
+            return any(line.split()[:2] == ["0", "0"] for line in mapping)
+    except OSError:
+        return True
+
+
 def drop_privileges(remount: bool = True) -> None:
     import ctypes
 
@@ -47,15 +56,23 @@ def drop_privileges(remount: bool = True) -> None:
             raise OSError(errno, f"{what}: {os.strerror(errno)}")
 
     with open("/proc/self/mounts") as mounts:
-        points = [fields[1] for fields in map(str.split, mounts)
-                  if len(fields) > 2 and (fields[2] in ("cgroup", "cgroup2") or fields[1] == "/sys/fs/cgroup")]
-    # /proc too: as real root, code's uid 0 is the host's for /proc/sys (kernel.core_pattern runs a program as
-    # root at the next crash) and /proc/sysrq-trigger, whatever capabilities it lacks
-    points = [*points, "/proc"] if remount else []
+        table = [fields for fields in map(str.split, mounts) if len(fields) > 2]
+    cgroups = [fields[1] for fields in table if fields[2] in ("cgroup", "cgroup2") or fields[1] == "/sys/fs/cgroup"]
+    # /proc and /sys too: as real root, code's uid 0 is the host's for /proc/sys (kernel.core_pattern runs a
+    # program as root at the next crash), /proc/sysrq-trigger and the kernel's knobs under /sys (module
+    # parameters, transparent_hugepage, uevent_helper where it exists), whatever capabilities it lacks
+    # (as a user, the host's /sys is root's and code cannot write it: a mount of it it cannot remount is left)
+    system = [fields[1] for fields in table if fields[1] == "/sys" or fields[1].startswith("/sys/")]
+    points = list(dict.fromkeys([*cgroups, *system, "/proc"])) if remount else []
     for point in points:
-        kept = os.statvfs(point).f_flag
-        flags = MS_REMOUNT | MS_BIND | MS_RDONLY | sum(flag for st, flag in KEPT_FLAGS if kept & st)
-        check(libc.mount(None, point.encode(), None, flags, None), f"remounting {point} read-only")
+        try:
+            kept = os.statvfs(point).f_flag
+            flags = MS_REMOUNT | MS_BIND | MS_RDONLY | sum(flag for st, flag in KEPT_FLAGS if kept & st)
+            check(libc.mount(None, point.encode(), None, flags, None), f"remounting {point} read-only")
+        except OSError:
+            if point in system and point not in cgroups and not _host_root():
+                continue
+            raise
     with open("/proc/sys/kernel/cap_last_cap") as last:
         for capability in range(int(last.read()) + 1):
             check(libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0), "dropping the capability bounding set")

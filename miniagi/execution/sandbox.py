@@ -139,6 +139,10 @@ class Sandbox:
         """What this kind leaves open, for the warning ("" for none)."""
         return ""
 
+    def hides(self, path: Path) -> bool:
+        """Whether code cannot see this (resolved) path: what the agent reads for it must not show it either."""
+        return False
+
     def close(self) -> None:
         pass
 
@@ -261,6 +265,9 @@ class HostIds:
 
 class Bubblewrap(NamespaceSandbox):
     kind = "bwrap"
+
+    def hides(self, path: Path) -> bool:
+        return hidden_from_code(self.policy, path)
     NAMESPACES = ("--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try")
 
     def __init__(self, policy: Policy):
@@ -365,10 +372,8 @@ def open_sandbox(kind: str, policy: Policy) -> tuple[Sandbox, list[str]]:
                       "strongest that works")
 
 
-def file_system(policy: Policy) -> list[str]:
-    """bwrap's mounts: the system read-only, the work directory read-write, a private /tmp; the agent's files, the
-    home's secrets and /run hidden; miniagi's installation read-only wherever it is; the --sandbox-allow paths
-    reopened. A deeper path is mounted later, so the most specific rule wins."""
+def _rules(policy: Policy) -> dict[Path, tuple[int, str]]:
+    """Each path bwrap mounts, with its rank and how: "rw", "ro" or "hide"."""
     workdir = _real(policy.workdir)
     allowed = [p for p in (_real(a) for a in policy.allowed) if p is not None]
     rules: dict[Path, tuple[int, str]] = {}
@@ -406,6 +411,23 @@ def file_system(policy: Policy) -> list[str]:
         rule(resolver, "ro", 1)
     for path in allowed:
         rule(path, "rw" if workdir and _under(path, workdir) else "ro", 3)
+    return rules
+
+
+def hidden_from_code(policy: Policy, path: Path) -> bool:
+    """Whether bwrap's view keeps this path (taken as it is: resolve it first) from code: its most specific rule
+    hides it, or it lies in the host's /tmp, which code sees a private one in place of."""
+    rules = _rules(policy)
+    rules.setdefault(Path("/tmp"), (0, "hide"))
+    enclosing = [p for p in rules if _under(Path(path), p)]
+    return bool(enclosing) and rules[max(enclosing, key=lambda p: len(p.parts))][1] == "hide"
+
+
+def file_system(policy: Policy) -> list[str]:
+    """bwrap's mounts: the system read-only, the work directory read-write, a private /tmp; the agent's files, the
+    home's secrets and /run hidden; miniagi's installation read-only wherever it is; the --sandbox-allow paths
+    reopened. A deeper path is mounted later, so the most specific rule wins."""
+    rules = _rules(policy)
 
     # one read-only bind covers those below it, and a hidden directory what it holds (~/.ssh in an empty home
     # is missing, not an empty mount point)
