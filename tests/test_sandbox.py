@@ -541,6 +541,38 @@ def test_as_root_code_cannot_open_the_kernels_settings_under_sys_for_writing(cli
     assert "SYS BLOCKED" in seen[1] and "SYS OPENED" not in seen[1], seen[1]
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="code's files are the host root's only when miniagi runs as root")
+@pytest.mark.parametrize("kind", ["bwrap", "namespace"])
+def test_as_root_code_leaves_no_setuid_or_setgid_file_behind(cli, llm, isolated, kind):
+    """Files code writes are stored as the work directory's owner, here the host's root: `cp /usr/bin/id x; chmod
+    4755 x` left a setuid-root program any local user could run. Every way to such a mode is refused now, while
+    ordinary modes still work."""
+    code = """import os, stat, subprocess
+open('plain', 'w').close()
+for what, call in [('chmod-4755', lambda: os.chmod('plain', 0o4755)), ('chmod-2755', lambda: os.chmod('plain', 0o2755)),
+                   ('open-4755', lambda: os.close(os.open('made', os.O_CREAT | os.O_WRONLY, 0o4755))),
+                   ('mkdir-2777', lambda: os.mkdir('shared', 0o2777)),
+                   ('caps', lambda: os.setxattr('plain', 'security.capability', bytes(20)))]:
+    try:
+        call()
+        print(what, 'DONE')
+    except OSError as exc:
+        print(what, 'REFUSED', exc.strerror)
+os.chmod('plain', 0o755)
+print('ordinary', oct(stat.S_IMODE(os.stat('plain').st_mode)))
+print(subprocess.run('cp /usr/bin/id myid && chmod u+s myid; ls -l myid', shell=True, capture_output=True,
+                     text=True).stdout)
+"""
+    llm.add(act("execute_python", code), act("done", "ok"))
+    proc = cli("-y", "--sandbox", kind, "make a setuid file", process=True)
+    assert proc.returncode == 0, proc.stderr
+    _, seen = newest(isolated.home)
+    assert "DONE" not in seen[1] and seen[1].count("REFUSED") == 5, seen[1]
+    assert "ordinary 0o755" in seen[1], seen[1]
+    found = [p for p in isolated.work.rglob("*") if p.lstat().st_mode & 0o6000]
+    assert not found, found
+
+
 def test_a_link_swapped_while_the_agent_reads_does_not_lead_it_to_a_hidden_file(cli, llm, isolated):
     """The hidden-file check went by name, then the file was opened: a thread of code's swapping planted.txt
     between a file and a link to ~/.ssh/id_ed25519 got the key through read() (55 of 400 reads). What was

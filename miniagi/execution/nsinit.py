@@ -18,6 +18,9 @@ With --become-root (bwrap started by root, see hostids.py: bwrap leaves it every
 where the host's root is not mapped), it takes that namespace's uid and gid 0 (nobody outside) and no
 supplementary group, then drops every capability the same way.
 
+With either, it also forbids what would leave a setuid or setgid file behind (see forbid_set_id_modes): the work
+directory is written as its owner, often the host's root, and such a file would run as that owner for anyone.
+
 With --scope-sockets it puts itself, and so everything it starts, in a Landlock domain that reaches no abstract
 unix socket of the host (see scope_abstract_sockets).
 """
@@ -28,7 +31,7 @@ import signal
 import sys
 
 MS_RDONLY, MS_REMOUNT, MS_BIND, MS_RELATIME = 1, 32, 4096, 1 << 21
-PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 24, 38
+PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 24, 38, 22, 2
 SYS_LANDLOCK_CREATE_RULESET, SYS_LANDLOCK_RESTRICT_SELF = 444, 446  # asm-generic numbers: x86_64 and aarch64
 LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET, LANDLOCK_SCOPE_SIGNAL = 1, 2
 # statvfs flags that a remount must keep (they may be locked), mapped to mount flags
@@ -89,6 +92,63 @@ def drop_privileges(remount: bool = True) -> None:
     check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "setting no_new_privs")
 
 
+# the system calls that can give a file a mode, by architecture: (number, index of the mode argument), or None as
+# the index for those refused whatever their arguments (openat2's mode is in a struct; file capabilities are xattrs)
+SET_ID_CALLS = {
+    0xC000003E: ((90, 1), (91, 1), (268, 2), (452, 2), (2, 2), (85, 1), (257, 3), (83, 1), (258, 2), (133, 1),
+                 (259, 2), (437, None), (188, None), (189, None), (190, None), (463, None)),  # x86_64
+    0xC00000B7: ((52, 1), (53, 2), (452, 2), (56, 3), (34, 2), (33, 2), (437, None), (5, None), (6, None),
+                 (7, None), (463, None)),  # aarch64
+}
+SET_ID_BITS = 0o6000
+
+
+def forbid_set_id_modes() -> None:
+    """A seccomp filter: chmod, open, mkdir and mknod (every variant) fail with EPERM when the mode asks for the
+    setuid or setgid bit, and file capabilities (extended attributes) cannot be set. Files that code writes are
+    stored under the work directory's owner (as root, the host's root): such a file would be a way in for any local
+    user. Other architectures are left as they are (the docs say so)."""
+    import ctypes
+    import platform
+
+    arch = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}.get(platform.machine())
+    if arch is None:
+        return
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    allow, deny = 0x7FFF0000, 0x00050000 | 1  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EPERM
+    calls = SET_ID_CALLS[arch]
+    # the program, with jumps to labels: ("ALLOW"), ("DENY") or ("arg", i): the check of the i-th call's mode
+    program: list[tuple] = [(ld, 4), (jeq, arch, None, "ALLOW"), (ld, 0), (jge, 0x40000000, "DENY", None)]
+    program += [(jeq, nr, ("arg", i), None) for i, (nr, _) in enumerate(calls)]
+    program.append((ret, allow))
+    where: dict = {}
+    for i, (_, index) in enumerate(calls):
+        where[("arg", i)] = len(program)
+        program += [(ld, 16 + 8 * index), (jset, SET_ID_BITS, "DENY", "ALLOW")] if index is not None else [
+            (ret, deny)]
+    where["DENY"], where["ALLOW"] = len(program), len(program) + 1
+    program += [(ret, deny), (ret, allow)]
+
+    class Filter(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8),
+                    ("k", ctypes.c_uint32)]
+
+    class Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(Filter))]
+
+    def offset(at: int, label) -> int:
+        return 0 if label is None else where[label] - at - 1
+
+    compiled = (Filter * len(program))(*[
+        Filter(op[0], offset(at, op[2]), offset(at, op[3]), op[1]) if len(op) == 4 else Filter(op[0], 0, 0, op[1])
+        for at, op in enumerate(program)])
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 or libc.prctl(
+            PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(Program(len(program), compiled)), 0, 0) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"forbidding setuid and setgid files (seccomp): {os.strerror(errno)}")
+
+
 def scope_abstract_sockets() -> None:
     """Landlock (Linux 6.12+, ABI 6): this process and all it starts can no longer connect to an abstract unix
     socket made outside of it (X11's @/tmp/.X11-unix/X0, D-Bus, containerd…) nor signal a process outside.
@@ -128,6 +188,7 @@ def main() -> int:
                 os.setresgid(0, 0, 0)
                 os.setresuid(0, 0, 0)
             drop_privileges(remount="--drop-privileges" in flags)
+            forbid_set_id_modes()
         except OSError as exc:  # never run code with privileges it was meant not to have
             print(f"nsinit: {exc.strerror}", file=sys.stderr)
             return 125
