@@ -153,17 +153,24 @@ def test_ui_warns_when_it_listens_beyond_this_machine(cli):
     assert "has the URL" in proc.stderr and "run code" in proc.stderr  # the UI starts runs
 
 
-def test_a_running_runs_header_counts_the_steps_and_cost_shown_below(llm, isolated, ui):
-    """The run saves its result when a step ends; the header counts what the trace already holds."""
+def hold_the_second_request(llm) -> tuple[threading.Event, list]:
+    """The model's second request waits (the run is held at step 2) until the event returned is set; the list
+    grows by one item a request."""
     gate, asked = threading.Event(), []
 
-    def hold_the_second_step(request):
+    def hold(request):
         asked.append(1)
         if len(asked) == 2:
             gate.wait(120)
         return None
 
-    llm.responder = hold_the_second_step
+    llm.responder = hold
+    return gate, asked
+
+
+def test_a_running_runs_header_counts_the_steps_and_cost_shown_below(llm, isolated, ui):
+    """The run saves its result when a step ends; the header counts what the trace already holds."""
+    gate, asked = hold_the_second_request(llm)
     llm.add(act("execute_python", "print('first-step-output')"), act("done", "finished"))
     env = dict(os.environ, OPENAI_BASE_URL=llm.url, OPENAI_API_KEY="sk-test-key-123456", MINIAGI_MEMORY_SCOPE="off",
                MINIAGI_MODEL="gpt-4o-mini")  # a priced model: the cost is not 0
@@ -231,16 +238,7 @@ def wait_for(condition, what: str):
 def test_in_a_browser_a_running_run_gains_steps_without_reloading(cli, llm, isolated, ui, browser, tmp_path):
     from selenium.webdriver.common.by import By
 
-    gate = threading.Event()
-    asked = []
-
-    def hold_the_second_step(request):
-        asked.append(1)
-        if len(asked) == 2:
-            gate.wait(120)
-        return None
-
-    llm.responder = hold_the_second_step
+    gate, asked = hold_the_second_request(llm)
     llm.add(act("execute_python", "print('first-step-output')", f"start with {HOSTILE}"),
             act("execute_shell", "echo second-step-output"), act("done", "finished"))
     env = dict(os.environ, OPENAI_BASE_URL=llm.url, OPENAI_API_KEY="sk-test-key-123456", MINIAGI_MEMORY_SCOPE="off")
