@@ -13,6 +13,7 @@ the one that matters most; never a head and a tail with its middle cut out.
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 
 from .tokens import TokenCounter
@@ -72,34 +73,55 @@ def novelty(text: str, known: set[str]) -> float:
     return len(found - known) / len(found) if found else 0.0
 
 
-def excerpt(text: str, query: str, counter: TokenCounter, max_tokens: int, known: set[str] = frozenset()) -> str:
-    """The text within max_tokens: whole when it fits (repeats collapsed), else whole sentences around the one that
-    matters most: the query's words, then words found in no other sentence and not `known` (names, numbers).
-    "" when even that one sentence does not fit."""
-    text = collapse_repeats(text.strip())
-    if counter.count(text) <= max_tokens:
-        return text
-    pieces = [piece for piece in units(text) if piece.strip()]
-    words = [terms(piece) for piece in pieces]
+# what excerpt reads of a text that does not depend on the query, kept for the texts seen lately: recall shows the
+# same stored items step after step, each with another query
+@functools.lru_cache(maxsize=512)
+def _collapsed(text: str, counter: TokenCounter) -> tuple[str, int]:
+    collapsed = collapse_repeats(text.strip())
+    return collapsed, counter.count(collapsed)
+
+
+@functools.lru_cache(maxsize=512)
+def _pieces(text: str) -> tuple[tuple[str, ...], tuple[frozenset, ...], dict[str, int]]:
+    """The text's lines and sentences, the meaningful words of each, and in how many pieces each word is."""
+    pieces = tuple(piece for piece in units(text) if piece.strip())
+    words = tuple(frozenset(terms(piece)) for piece in pieces)
     frequency: dict[str, int] = {}
     for found in words:
         for word in found:
             frequency[word] = frequency.get(word, 0) + 1
+    return pieces, words, frequency
+
+
+def excerpt(text: str, query: str, counter: TokenCounter, max_tokens: int, known: set[str] = frozenset()) -> str:
+    """The text within max_tokens: whole when it fits (repeats collapsed), else whole sentences around the one that
+    matters most: the query's words, then words found in no other sentence and not `known` (names, numbers).
+    "" when even that one sentence does not fit."""
+    text, total = _collapsed(text, counter)
+    if total <= max_tokens:
+        return text
+    pieces, words, frequency = _pieces(text)
     wanted = terms(query)
     scores = [2 * len(found & wanted) + sum(1 for w in found if frequency[w] == 1 and w not in known)
               for found in words]
     best = max(range(len(pieces)), key=lambda i: (scores[i], -i))
-    sizes = [counter.count(piece) + 1 for piece in pieces]
+    sizes: dict[int, int] = {}  # counted only for the pieces widening reaches (encoding is the costly part)
+
+    def size(i: int) -> int:
+        if i not in sizes:
+            sizes[i] = counter.count(pieces[i]) + 1
+        return sizes[i]
+
     room = max_tokens - 2 * counter.count(f" {GAP} ")
-    if sizes[best] > room:
+    if size(best) > room:
         return ""
     start = end = best
-    used = sizes[best]
+    used = size(best)
     while True:  # widen by whole neighbours, the following one first (it usually completes the matching one)
         grown = False
         for candidate in (end + 1, start - 1):
-            if 0 <= candidate < len(pieces) and used + sizes[candidate] <= room:
-                used += sizes[candidate]
+            if 0 <= candidate < len(pieces) and used + size(candidate) <= room:
+                used += size(candidate)
                 start, end = min(start, candidate), max(end, candidate)
                 grown = True
         if not grown:
