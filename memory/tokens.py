@@ -63,6 +63,9 @@ def encoding_name_for(model: str) -> tuple[str, bool]:
     return "cl100k_base", False
 
 
+CACHED_FROM_CHARS = 200  # shorter texts are encoded again: as cheap as looking them up
+
+
 class TokenCounter:
     """Counts tokens for one model; cheap to call many times. The encoding's table (~0.3 s to load for o200k_base)
     is loaded on the first count: a run's first request, small enough to be surely within budget by its bytes, goes
@@ -72,6 +75,9 @@ class TokenCounter:
         self.model = model
         self.encoding_name, native = encoding_name_for(model)
         self.margin = 1.0 if native else FOREIGN_MODEL_MARGIN
+        # a prompt is counted again and again from the same parts (the head, the notes, each step shown): a longer
+        # text's count is kept for the texts seen lately (lru_cache is safe across the summarizer's threads)
+        self._encoded_length = lru_cache(maxsize=4096)(self._encode_length)
 
     @property
     def encoding(self):
@@ -80,7 +86,12 @@ class TokenCounter:
     def count(self, text: str) -> int:
         if not text:
             return 0
-        return self.scaled(len(self.encoding.encode(text, disallowed_special=())))
+        if len(text) < CACHED_FROM_CHARS:
+            return self.scaled(self._encode_length(text))
+        return self.scaled(self._encoded_length(text))
+
+    def _encode_length(self, text: str) -> int:
+        return len(self.encoding.encode(text, disallowed_special=()))
 
     def scaled(self, encoded_tokens: int) -> int:
         """The count for this model of a text that encodes to `encoded_tokens` tokens."""
