@@ -39,6 +39,25 @@ KEPT_FLAGS = ((os.ST_NOSUID, 2), (os.ST_NODEV, 4), (os.ST_NOEXEC, 8), (os.ST_NOA
               (os.ST_NODIRATIME, 2048), (os.ST_RELATIME, MS_RELATIME))
 
 
+def _libc():
+    """The C library, its errors in ctypes' errno (ctypes is imported only when a flag needs it)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    return libc
+
+
+def _check(result: int, what: str) -> int:
+    """A system call's result; an OSError naming `what` when it failed (a negative result)."""
+    if result < 0:
+        import ctypes
+
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"{what}: {os.strerror(errno)}")
+    return result
+
+
 def _host_root() -> bool:
     """Whether uid 0 here is the host's root (the namespace maps it to 0 outside)."""
     try:
@@ -51,13 +70,7 @@ def _host_root() -> bool:
 def drop_privileges(remount: bool = True) -> None:
     import ctypes
 
-    libc = ctypes.CDLL(None, use_errno=True)
-
-    def check(result: int, what: str) -> None:
-        if result != 0:
-            errno = ctypes.get_errno()
-            raise OSError(errno, f"{what}: {os.strerror(errno)}")
-
+    libc, check = _libc(), _check
     with open("/proc/self/mounts") as mounts:
         table = [fields for fields in map(str.split, mounts) if len(fields) > 2]
     cgroups = [fields[1] for fields in table if fields[2] in ("cgroup", "cgroup2") or fields[1] == "/sys/fs/cgroup"]
@@ -142,11 +155,10 @@ def forbid_set_id_modes() -> None:
     compiled = (Filter * len(program))(*[
         Filter(op[0], offset(at, op[2]), offset(at, op[3]), op[1]) if len(op) == 4 else Filter(op[0], 0, 0, op[1])
         for at, op in enumerate(program)])
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 or libc.prctl(
-            PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(Program(len(program), compiled)), 0, 0) != 0:
-        errno = ctypes.get_errno()
-        raise OSError(errno, f"forbidding setuid and setgid files (seccomp): {os.strerror(errno)}")
+    libc = _libc()
+    _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "setting no_new_privs")
+    _check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(Program(len(program), compiled)), 0, 0),
+           "forbidding setuid and setgid files (seccomp)")
 
 
 def scope_abstract_sockets() -> None:
@@ -155,18 +167,11 @@ def scope_abstract_sockets() -> None:
     Abstract sockets belong to a network namespace, which code with the network on shares with the host."""
     import ctypes
 
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
+    libc, check = _libc(), _check
 
     class Ruleset(ctypes.Structure):
         _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
                     ("scoped", ctypes.c_uint64)]
-
-    def check(result: int, what: str) -> int:
-        if result < 0:
-            errno = ctypes.get_errno()
-            raise OSError(errno, f"{what}: {os.strerror(errno)}")
-        return result
 
     ruleset = Ruleset(0, 0, LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET | LANDLOCK_SCOPE_SIGNAL)
     fd = check(libc.syscall(SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(ruleset), ctypes.sizeof(ruleset), 0),
