@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 
 import openai
+from http.server import BaseHTTPRequestHandler
+
 import pytest
 
 from miniagi.config import Endpoint
@@ -172,6 +174,13 @@ def test_tool_call_pieces_of_servers_unlike_openai_are_put_together_once(llm):
     assert [(c.id, c.name, json.loads(c.arguments)) for c in second.tool_calls] == [("c2", "done", {"answer": "ü|x"})]
 
 
+class Quiet(BaseHTTPRequestHandler):
+    """A test server's handler that logs nothing."""
+
+    def log_message(self, *args):
+        pass
+
+
 def _serving(handler_class):
     import threading
     from contextlib import contextmanager
@@ -192,14 +201,10 @@ def _serving(handler_class):
 
 
 def test_a_redirect_is_not_followed_so_the_key_reaches_no_other_host(llm):
-    from http.server import BaseHTTPRequestHandler
 
     seen: list[dict] = []
 
-    class Elsewhere(BaseHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
+    class Elsewhere(Quiet):
         def do_POST(self):
             seen.append(dict(self.headers))
             self.send_response(200)
@@ -208,10 +213,7 @@ def test_a_redirect_is_not_followed_so_the_key_reaches_no_other_host(llm):
     with _serving(Elsewhere) as elsewhere:
         target = f"http://localhost:{elsewhere.server_address[1]}/v1/chat/completions"
 
-        class Redirecting(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
+        class Redirecting(Quiet):
             def do_POST(self):
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 self.send_response(307)
@@ -228,14 +230,10 @@ def test_a_redirect_is_not_followed_so_the_key_reaches_no_other_host(llm):
 
 def test_an_error_page_is_read_only_as_far_as_its_message(llm):
     """A proxy answering 502 with an endless page: the message is its beginning, and the rest is never read."""
-    from http.server import BaseHTTPRequestHandler
 
     written: list[int] = []
 
-    class Endless(BaseHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
+    class Endless(Quiet):
         def do_POST(self):
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
             self.send_response(502)
@@ -266,13 +264,9 @@ def _forward_proxy(upstream: str, through: list[str]):
     """An HTTP proxy that takes absolute-URL requests, as clients send them to a proxy, and sends them on to
     `upstream` whatever host they name (the named host does not exist)."""
     import urllib.request
-    from http.server import BaseHTTPRequestHandler
     from urllib.parse import urlsplit
 
-    class Proxy(BaseHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
+    class Proxy(Quiet):
         def do_POST(self):
             through.append(self.path)
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -342,7 +336,6 @@ def test_a_compressed_answer_is_bounded_as_it_is_inflated(llm):
     """gzip is read, and its size bounded as it inflates: a small compressed body that would inflate past the
     bound (a "zip bomb") is a bad answer, not memory spent."""
     import gzip
-    from http.server import BaseHTTPRequestHandler
 
     reply = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "Packed."},
                           "finish_reason": "stop"}], "usage": {"prompt_tokens": 20, "completion_tokens": 2}}
@@ -350,10 +343,7 @@ def test_a_compressed_answer_is_bounded_as_it_is_inflated(llm):
     bodies = [gzip.compress(json.dumps(body).encode()) for body in (reply, bomb, bomb)]
     assert len(bodies[1]) < 1_000_000
 
-    class Compressing(BaseHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
+    class Compressing(Quiet):
         def do_POST(self):
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
             data = bodies.pop(0)
