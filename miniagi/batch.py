@@ -18,7 +18,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -34,7 +33,7 @@ from .batch_report import (figures, latest_results, pipe_console, preview, print
                            scores, sign, succeeded, summary_line, summary_table, totals)
 from .config import OPTIONS_BY_NAME, ConfigError, Settings, read_dotenv, resolve_settings
 from .redaction import Redactor, redact_data
-from .runs import now_iso
+from .runs import miniagi_command, now_iso
 
 RESUMABLE = ("limit", "interrupted")
 LINE_KEYS = ("id", "objective", "check", "expect", "setup")  # a .jsonl line's own keys; the rest are run options
@@ -537,9 +536,7 @@ def run_objective(objective: str, env: dict, timeout_s: float | None, on_start=N
     # the objective goes in on stdin (`run -`): no limit on its size, and any text at all can be carried;
     # a resumed run takes the batch's options as flags (its recorded settings would win over the environment)
     command = ["resume", resume, "--json", *_option_flags(env)] if resume else ["run", "--json", "-"]
-    # -P: the current directory (the objective's, where agents write json.py or memory.py) is not on sys.path
-    safe_path = "-P" if sys.version_info >= (3, 11) else "-I"
-    process = subprocess.Popen([sys.executable, safe_path, "-m", "miniagi", *command], env=env,
+    process = subprocess.Popen(miniagi_command(*command), env=env,
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                encoding="utf-8", errors="replace", start_new_session=True)
     if on_start:

@@ -14,6 +14,7 @@ import re
 import secrets
 import socket
 import stat
+import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -27,6 +28,13 @@ RESULT_MAX_BYTES = 16 * 2**20  # a result.json is a few KB: a larger "result" is
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")  # what an id (or a prefix of one) may hold: never a path
 WHOLE_RUN_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{6}")  # an id as new_run_id makes it, whole
 NOT_KEPT = "a run refused before its first model reply is not kept: its error said \"was not kept\""
+
+
+def miniagi_command(*args: str) -> list[str]:
+    """How miniagi starts another miniagi (a batch's objective, the web UI's run): this Python with -P, so that the
+    current directory — a work directory, where code writes json.py or memory.py — is not on sys.path, and nothing
+    of it is imported outside the sandbox (-I before Python 3.11)."""
+    return [sys.executable, "-P" if sys.version_info >= (3, 11) else "-I", "-m", "miniagi", *args]
 
 
 def now_iso() -> str:

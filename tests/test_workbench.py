@@ -333,6 +333,20 @@ def test_a_run_that_cannot_start_says_why(isolated, llm, bench):
         assert bench.client.post(bench + "/start", data={**form, **bad}, headers={"Origin": bench}).status_code == 400
 
 
+def test_a_run_started_from_the_page_imports_nothing_of_its_work_directory(llm, isolated, bench):
+    """The run's process starts in the work directory, where code may have written json.py: imported there, it
+    would run outside the sandbox, as the user."""
+    escaped = isolated.work.parent / "escaped.txt"
+    (isolated.work / "json.py").write_text(f"open({str(escaped)!r}, 'w').write('outside')\nraise SystemExit(3)\n")
+    llm.add(act("done", "fine"))
+    form = {"objective": "say fine", "csrf": csrf(bench), "yes": "1"}
+    started = bench.client.post(bench + "/start", data=form, headers={"Origin": bench}, follow_redirects=False)
+    assert started.status_code == 303
+    session = next(iter(bench.app.workbench.sessions.values()))
+    assert session.process.wait(timeout=120) == 0
+    assert not escaped.exists()
+
+
 def test_a_changed_env_file_is_confirmed_in_the_page_before_the_run_starts(llm, isolated, bench):
     """The .env check asks before any run exists: the session's page asks it, then moves on to the run."""
     def started(objective: str):

@@ -13,11 +13,11 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..runs import miniagi_command
 from .control import Channel
 
 PROTOCOLS = ("tags", "tools", "json")
@@ -112,7 +112,8 @@ class Workbench:
         folder.mkdir(parents=True, mode=0o700)
         env = {**self.environ, "MINIAGI_HOME": str(self.home)}
         env.pop("MINIAGI_UNATTENDED", None)  # the page is the person
-        command = [sys.executable, "-m", "miniagi", *args, "--control", str(folder), "--workdir", str(workdir)]
+        # run in the work directory, whose json.py or memory.py (code may write them) must not be imported here
+        command = miniagi_command(*args, "--control", str(folder), "--workdir", str(workdir))
         with open(folder / "stdout.txt", "w") as out, open(folder / "stderr.txt", "w") as err:
             process = subprocess.Popen(command, cwd=workdir, env=env, stdin=subprocess.PIPE, stdout=out, stderr=err,
                                        text=True, encoding="utf-8", start_new_session=True)
