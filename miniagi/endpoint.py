@@ -15,7 +15,7 @@ from typing import Callable
 
 from .config import ConfigError, Endpoint
 from .model import Completion, Message, ModelError, ModelRejected, ModelUnavailable, ToolCall
-from .prices import PriceTable, cached_prompt_tokens, count_prompt_tokens
+from .prices import PriceTable, cached_prompt_tokens, count_prompt_tokens, whole_number
 from .retry import Backoff, retry_after
 from .sdk_client import (BYTES_PER_TOKEN_BOUND, CHARS_PER_TOKEN_BOUND, PAST_CAP_SLACK, UNCAPPED_REPLY_TOKENS,
                          BadResponse, BrokenStream, Dropped, EndpointClient, FailedMidReply, Limits, PastDeadline,
@@ -280,8 +280,8 @@ class OpenAIModel:
         prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
         # a token stands for a byte of the request or more (its JSON, tool schemas included), plus the template's
         request_bytes = len(json.dumps([messages, options.get("tools")], ensure_ascii=False).encode())
-        plausible = (_whole(prompt) and 0 < prompt <= request_bytes + 1000
-                     and _whole(completion) and 0 <= completion <= cap + PAST_CAP_SLACK)
+        plausible = (whole_number(prompt) and 0 < prompt <= request_bytes + 1000
+                     and whole_number(completion) and 0 <= completion <= cap + PAST_CAP_SLACK)
         if plausible and not reply.past_cap:
             return prompt, completion
         if not reply.past_cap:
@@ -297,10 +297,6 @@ class OpenAIModel:
     def _delay(self, attempt: int, exc: Exception) -> float:
         response = getattr(exc, "response", None)
         return self.backoff.delay(attempt, retry_after(getattr(response, "headers", None)))
-
-
-def _whole(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _past_deadline(where: str, deadline_s: float) -> str:

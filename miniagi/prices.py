@@ -107,10 +107,11 @@ def cached_prompt_tokens(usage: dict | None, timings: dict | None = None) -> int
                   usage.get("prompt_cache_hit_tokens"), usage.get("cache_read_input_tokens"),
                   timings.get("cache_n") if isinstance(timings, dict) else None]
     for value in candidates:
-        if _whole(value) and value > 0:
+        if whole_number(value) and value > 0:
             return value
     return 0
 
 
-def _whole(value) -> bool:
+def whole_number(value) -> bool:
+    """An int that is not a bool (JSON's true is no count)."""
     return isinstance(value, int) and not isinstance(value, bool)

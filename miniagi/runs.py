@@ -103,10 +103,9 @@ class RunRecord:
             return handle.read(1) == b"\n"
 
     def write_result(self, result: dict) -> None:
-        from .safefs import replace_file
+        from .safefs import open_dir, replace_file
 
-        self.dir.mkdir(parents=True, exist_ok=True)
-        folder = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+        folder = open_dir(self.dir)
         try:  # a fresh temporary file (never through a link), renamed over result.json
             replace_file(folder, self.result_path.name, (json.dumps(redact_data(self.redact, result), indent=2,
                                                                     ensure_ascii=False) + "\n").encode("utf-8"))

@@ -265,9 +265,6 @@ class HostIds:
 
 class Bubblewrap(NamespaceSandbox):
     kind = "bwrap"
-
-    def hides(self, path: Path) -> bool:
-        return hidden_from_code(self.policy, path)
     NAMESPACES = ("--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try")
 
     def __init__(self, policy: Policy):
@@ -275,6 +272,12 @@ class Bubblewrap(NamespaceSandbox):
         self.no_nested_userns = True  # --disable-userns (bubblewrap 0.8+); dropped when this bwrap refuses it
         self.host_ids: HostIds | None = None  # as root: the code's uid is nobody on the host
         self.host_root = ""  # as root without them: why the code's uid is the host's root
+        self._view_rules: dict[Path, tuple[int, str]] | None = None  # what code sees of the system, made once
+
+    def hides(self, path: Path) -> bool:
+        if self._view_rules is None:  # the policy does not change: its rules (homes listed, PATH walked) are made once
+            self._view_rules = _rules(self.policy)
+        return hidden_from_code(self.policy, path, self._view_rules)
 
     def _find_program(self) -> str | None:
         return shutil.which("bwrap", path=self.policy.path)
@@ -414,10 +417,11 @@ def _rules(policy: Policy) -> dict[Path, tuple[int, str]]:
     return rules
 
 
-def hidden_from_code(policy: Policy, path: Path) -> bool:
+def hidden_from_code(policy: Policy, path: Path, rules: dict[Path, tuple[int, str]] | None = None) -> bool:
     """Whether bwrap's view keeps this path (taken as it is: resolve it first) from code: its most specific rule
-    hides it, or it lies in the host's /tmp, which code sees a private one in place of."""
-    rules = _rules(policy)
+    hides it, or it lies in the host's /tmp, which code sees a private one in place of. `rules`: the policy's, when
+    already made (making them lists the homes and walks the PATH)."""
+    rules = dict(_rules(policy) if rules is None else rules)
     rules.setdefault(Path("/tmp"), (0, "hide"))
     enclosing = [p for p in rules if _under(Path(path), p)]
     return bool(enclosing) and rules[max(enclosing, key=lambda p: len(p.parts))][1] == "hide"

@@ -31,9 +31,6 @@ class Refused(Exception):
 def steering(bench: Workbench, store: RunStore, token: str, templates: Environment, page: Callable[..., HTMLResponse],
              redact: Callable[[str], str]) -> tuple[Callable[[str, dict], dict], list[Route]]:
     """(what a run's page offers for a run, given its result; the routes of the actions and of a session's page)"""
-    def refused(status: int, message: str) -> HTMLResponse:
-        return page("missing.html", _status=status, message=message)
-
     def controls(run_id: str, result: dict) -> dict:
         """What the page offers for a run: the question it waits for, Stop, follow up, resume."""
         status = result.get("status", "running")
@@ -150,7 +147,7 @@ def steering(bench: Workbench, store: RunStore, token: str, templates: Environme
         """A session just started: on to its run once it has one; meanwhile what it asks, or why it ended."""
         session = bench.sessions.get(request.path_params["session"])
         if session is None:
-            return refused(404, "no such session in this UI (sessions last as long as `miniagi ui`)")
+            raise Refused(404, "no such session in this UI (sessions last as long as `miniagi ui`)")
         try:
             after = max(0, int(request.query_params.get("after", "0") or 0))
         except ValueError:
