@@ -131,18 +131,13 @@ def _trusted(path: Path, settings, ui) -> bool:
     trust record of .env: the default home's, ~/.miniagi/trusted-env.json, and its copy in the run's home, read and
     written as the .env check does, or that check's merge would bring back the older digest); with no one to ask
     it is not used, said in one line."""
-    from .config import Settings
-    from .trust import TRUST_FILE, _load, _save
+    from .trust import _save, trust_records
 
     try:
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
     except OSError:
         return False
-    record_paths = [Path(Settings.home).expanduser() / TRUST_FILE]
-    if settings.home_path / TRUST_FILE not in record_paths:
-        record_paths.append(settings.home_path / TRUST_FILE)
-    records = [_load(record_path) for record_path in record_paths]
-    record = {**records[-1], **records[0]}  # the default home's entries first, as the .env check merges them
+    record_paths, _, record = trust_records(settings)  # the .env check's records, merged as it merges them
     known = record.get(str(path))
     if isinstance(known, dict) and known.get(TRUST_KEY) == digest:
         return True

@@ -73,6 +73,17 @@ def sensitive_values(dotenv: Mapping[str, str], environ: Mapping[str, str], sett
     return used
 
 
+def trust_records(settings: Settings, moved_home: bool = False) -> tuple[list[Path], list[dict], dict]:
+    """Where the yes to a file is kept — the default home (~/.miniagi), where neither a .env nor --home can move
+    it, and a copy in the run's home (not when a .env moved that home) — what each holds, and the two merged, the
+    default home's entries first."""
+    paths = [Path(Settings.home).expanduser() / TRUST_FILE]
+    if not moved_home and settings.home_path / TRUST_FILE not in paths:
+        paths.append(settings.home_path / TRUST_FILE)
+    records = [_load(path) for path in paths]
+    return paths, records, {**records[-1], **records[0]}
+
+
 class DotenvGuard:
     """The start-up check of the .env (`check`), and what a run reports of .env files changed while it ran."""
 
@@ -86,11 +97,7 @@ class DotenvGuard:
         # the record is kept where neither this .env nor --home can move it: in the default home (~/.miniagi), and
         # a copy in the run's home; a file either knows is judged against what it knew
         moved_home = any(name in used for name in OPTIONS_BY_NAME["home"].env_names)
-        record_paths = [Path(Settings.home).expanduser() / TRUST_FILE]
-        if not moved_home and self.settings.home_path / TRUST_FILE not in record_paths:
-            record_paths.append(self.settings.home_path / TRUST_FILE)
-        records = [_load(path) for path in record_paths]
-        record = {**records[-1], **records[0]}  # the default home's entries first
+        record_paths, records, record = trust_records(self.settings, moved_home)
         known = record.get(str(self.path))
         code_dirs = sorted({*_listed(records[0].get(CODE_DIRS)), *_listed(records[-1].get(CODE_DIRS))})
         if known is None and any(_under(str(self.path.parent), place) for place in code_dirs):
