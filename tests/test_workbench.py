@@ -62,6 +62,11 @@ def text_of(driver, element_id: str) -> str:
                                  element_id)
 
 
+def main_text(driver) -> str:
+    """The page's <main> text, read in one go like text_of (a page may be replaced between finding and reading)."""
+    return driver.execute_script("const e = document.querySelector('main'); return e ? e.innerText : ''")
+
+
 def events_text(driver) -> str:
     return text_of(driver, "events")
 
@@ -444,7 +449,7 @@ def test_in_a_browser_a_confirmed_mcp_json_moves_on_to_the_run(llm, isolated, be
     type_into(browser, "objective", "add with the probe")
     browser.find_element(By.CSS_SELECTOR, "form#start input[name=yes]").click()
     button(browser, "Start").click()
-    wait_for(lambda: ".mcp.json asks to start MCP servers" in browser.find_element(By.TAG_NAME, "main").text,
+    wait_for(lambda: ".mcp.json asks to start MCP servers" in main_text(browser),
              "the session's page asks about .mcp.json")
     button(browser, "Approve").click()
     run_id = on_run_page(browser)
