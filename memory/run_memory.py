@@ -520,7 +520,8 @@ class RunMemory:
                 else None)
 
     def _recall_from_store(self, steps: list[StepRecord], room: int, shown: str) -> list[Recalled]:
-        self._stored_out_of_view()
+        # this run's steps out of view are searchable at once: the store searches what its writer has not written
+        # yet beside what it has (VectorMemory.search_by), so recall never waits for a write
         where = self.recall_filter
         embedder = self.store.embedder
         cut = getattr(embedder, "relevant_distance", 2.0)
@@ -568,16 +569,6 @@ class RunMemory:
             room -= cost
         return chosen
 
-    def _stored_out_of_view(self) -> None:
-        """The steps out of view are in the store before recall looks (a lagging background writer is waited for
-        here, at recall, not when the summary is adopted: recall is the one that needs them)."""
-        ids = [f"{self.run_id}:step:{step}" for step in range(1, self.summary.out_of_view + 1)]
-        if ids and self.store.pending(ids):
-            try:
-                self.store.flush()
-            except Exception:  # reported by the next remember; recall goes on with what is stored
-                pass
-
     def _now(self, thought: str, command: str, arg: str) -> str:
         """What recall asks about the step: its thought, and the argument of a command that is not code (no command
         names: they would bring back every step of another run that used the same command)."""
@@ -595,7 +586,6 @@ class RunMemory:
 
         def look() -> None:
             try:
-                self._stored_out_of_view()  # what left the view is searchable (waited for here, off the loop's path)
                 box.append(store.search_by([store.embed_one(now)], RECALL_CANDIDATES, where))
             except Exception:  # recall looks again itself, and reports what fails
                 pass

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 KEY_CHARS = 240  # what is embedded of a key or a query (~60 tokens): the cost grows with length, meaning hardly
 WRITE_BATCH = 16
 WRITE_LINGER_S = 1.0  # the writer waits this long for a batch to fill: a chromadb write costs ~15 ms however small
+# (items are embedded as soon as they arrive, and searched in this process until written: recall never waits for it)
 WRITE_QUEUE = 64  # items waiting for the writer before add_later waits (back-pressure)
 
 
@@ -77,8 +78,10 @@ class Hit:
 class VectorMemory:
     """chromadb opened on first use: runs and commands that never touch memory do not pay for it.
 
-    `add` stores at once; `add_later` hands items to a background writer that embeds and stores them in batches
-    (one chromadb write costs ~15 ms however few items it holds), so the agent's step does not wait for it."""
+    `add` stores at once; `add_later` hands items to a background writer that embeds them as they arrive and stores
+    them in batches (one chromadb write costs ~15 ms however few items it holds), so the agent's step does not wait
+    for it. Until an item is written, `search_by` finds it here, in the process, beside the store's hits: a search
+    never waits for a write."""
 
     def __init__(self, path: Path, embedder: "Embedder", url: str | None = None,
                  redact: Callable[[str], str] = lambda text: text, read_only: bool = False):
@@ -94,7 +97,8 @@ class VectorMemory:
         self._writer_error: BaseException | None = None
         self._flushing = threading.Event()
         self._vectors: dict[str, object] = {}  # objective → vector
-        self._pending: dict[str, MemoryItem] = {}  # queued and not stored yet, by id
+        self._pending: dict[str, MemoryItem] = {}  # queued and not stored yet, by id (the newest version)
+        self._ready: dict[str, tuple[MemoryItem, MemoryItem, object]] = {}  # id → (pending item, as stored, vector)
         self._pending_lock = threading.Lock()
 
     @property
@@ -259,7 +263,9 @@ class VectorMemory:
             self._writer.start()
         items = [item if item.at else replace(item, at=time.time()) for item in items]
         with self._pending_lock:
-            self._pending.update((item.id, item) for item in items)
+            for item in items:
+                self._pending[item.id] = item
+                self._ready.pop(item.id, None)  # made for an older version
         for item, vector in zip(items, vectors or [None] * len(items)):
             self._queue.put((item, vector))
 
@@ -314,15 +320,22 @@ class VectorMemory:
         while True:
             batch = [self._queue.get()]
             deadline = time.monotonic() + WRITE_LINGER_S
-            while len(batch) < WRITE_BATCH and not self._flushing.is_set():  # a flush ends the wait at once
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                try:
-                    batch.append(self._queue.get(timeout=min(left, 0.05)))
-                except queue.Empty:
-                    continue
             try:
+                while True:
+                    while len(batch) < WRITE_BATCH:  # whatever else is queued, embedded with it in one call
+                        try:
+                            batch.append(self._queue.get_nowait())
+                        except queue.Empty:
+                            break
+                    if self._writer_error is None:
+                        self._prepare(batch)  # embedded now: searchable at once, while the batch fills
+                    left = deadline - time.monotonic()
+                    if len(batch) >= WRITE_BATCH or self._flushing.is_set() or left <= 0:  # a flush ends the wait
+                        break
+                    try:
+                        batch.append(self._queue.get(timeout=min(left, 0.05)))
+                    except queue.Empty:
+                        continue
                 if self._writer_error is None:
                     self._store([item for item, _ in batch], [vector for _, vector in batch])
             except BaseException as exc:  # reported to the agent by the next add_later / flush
@@ -339,23 +352,50 @@ class VectorMemory:
     def _store(self, items: list[MemoryItem], known: list) -> int:
         """Embed what has no vector yet, in one batch, and write everything in as few calls as chromadb allows."""
         try:
-            return self._write(items, known)
+            return self._put(self._prepare(list(zip(items, known))))
         finally:
             with self._pending_lock:
                 for item in items:
-                    self._pending.pop(item.id, None)
+                    if self._pending.get(item.id) is item:  # a newer version queued since stays pending
+                        del self._pending[item.id]
+                        self._ready.pop(item.id, None)
+
+    def _prepare(self, batch: list[tuple[MemoryItem, object]]) -> list[tuple[MemoryItem, object]]:
+        """Each item as it is stored (through the secret gate; blank ones left out) with its vector, embedded in one
+        call for those that have none yet; kept for search while the item is pending."""
+        with self._pending_lock:
+            ready = {item.id: self._ready[item.id] for item, _ in batch
+                     if item.id in self._ready and self._ready[item.id][0] is item}
+        pairs, missing = [], []
+        for item, vector in batch:
+            if item.id in ready and ready[item.id][0] is item:
+                pairs.append((ready[item.id][1], ready[item.id][2]))
+                continue
+            if not item.text.strip():
+                continue
+            stored = replace(item, text=self.redact(item.text), key=self.redact(item.key))
+            if vector is None:
+                missing.append(len(pairs))
+            pairs.append((stored, vector))
+        if missing:
+            fresh = self.embedder.embed([pairs[i][0].embed_text for i in missing])
+            for index, vector in zip(missing, fresh):
+                pairs[index] = (pairs[index][0], vector)
+        originals = {item.id: item for item, _ in batch}
+        with self._pending_lock:
+            for stored, vector in pairs:
+                if self._pending.get(stored.id) is originals.get(stored.id):
+                    self._ready[stored.id] = (originals[stored.id], stored, vector)
+        return pairs
 
     def _write(self, items: list[MemoryItem], known: list) -> int:
-        pairs = [(replace(item, text=self.redact(item.text), key=self.redact(item.key)), vector)
-                 for item, vector in zip(items, known) if item.text.strip()]
+        return self._put(self._prepare(list(zip(items, known))))
+
+    def _put(self, pairs: list[tuple[MemoryItem, object]]) -> int:
         if not pairs:
             return 0
         items = [item for item, _ in pairs]
-        missing = [i for i, (_, vector) in enumerate(pairs) if vector is None]
-        fresh = self.embedder.embed([items[i].embed_text for i in missing]) if missing else []
         vectors = [vector for _, vector in pairs]
-        for index, vector in zip(missing, fresh):
-            vectors[index] = vector
         self._mark(items)
         for start in range(0, len(items), 4000):  # chromadb caps one write's size
             part = items[start:start + 4000]
@@ -370,21 +410,65 @@ class VectorMemory:
         return self.search_by([self.embed_one(query)], limit, where)
 
     def search_by(self, vectors: list, limit: int, where: dict | None = None) -> list[Hit]:
-        """The items nearest to any of the vectors, best first."""
+        """The items nearest to any of the vectors, best first: those stored, and those still waiting for the
+        background writer (compared here, by the store's own distance), as if they were stored."""
+        waiting = self._waiting(where)
+        if waiting is None:  # a filter this process cannot apply: what is pending is stored first
+            self.flush()
+            waiting = []
+        rows = self._query(vectors, limit, where)
+        shadowed = {item.id for item, _ in waiting}  # stored before, replaced by what is pending
+        if waiting and any(hit.id in shadowed for row in rows for hit in row):
+            rows = self._query(vectors, limit + len(waiting), where)
+        local = _cosine_distances(vectors, [vector for _, vector in waiting]) if waiting else None
+        hits: dict[str, Hit] = {}
+        for r, row in enumerate(rows):
+            found = [hit for hit in row if hit.id not in shadowed]
+            if local is not None:
+                found += [Hit(id=item.id, text=item.text, metadata=item.metadata(), distance=float(local[r][i]))
+                          for i, (item, _) in enumerate(waiting)]
+            for hit in sorted(found, key=lambda hit: hit.distance)[:limit]:
+                if hit.id not in hits or hit.distance < hits[hit.id].distance:
+                    hits[hit.id] = hit
+        return sorted(hits.values(), key=lambda hit: hit.distance)
+
+    def _query(self, vectors: list, limit: int, where: dict | None) -> list[list[Hit]]:
         try:
             found = self.collection.query(query_embeddings=vectors, n_results=limit, where=where,
                                           include=["documents", "metadatas", "distances"])
         except Exception:
             if self.collection.count() == 0:  # older chromadb versions raise on an empty collection
-                return []
+                return [[] for _ in vectors]
             raise
-        hits = {}
-        for row in range(len(vectors)):
-            for i, doc, meta, dist in zip(found["ids"][row], found["documents"][row], found["metadatas"][row],
-                                          found["distances"][row]):
-                if i not in hits or dist < hits[i].distance:
-                    hits[i] = Hit(id=i, text=doc or "", metadata=meta or {}, distance=dist)
-        return sorted(hits.values(), key=lambda hit: hit.distance)
+        return [[Hit(id=i, text=doc or "", metadata=meta or {}, distance=dist)
+                 for i, doc, meta, dist in zip(found["ids"][row], found["documents"][row], found["metadatas"][row],
+                                               found["distances"][row])]
+                for row in range(len(vectors))]
+
+    def _waiting(self, where: dict | None) -> list[tuple[MemoryItem, object]] | None:
+        """The items waiting for the writer that match `where`, as stored, with their vectors (those the writer
+        has not embedded yet are embedded here); None when `where` is beyond what `_matches` can tell."""
+        with self._pending_lock:
+            if not self._pending:
+                return []
+            pending = list(self._pending.values())
+            ready = {key: value for key, value in self._ready.items()}
+        unready = [item for item in pending if not (item.id in ready and ready[item.id][0] is item)]
+        made = {stored.id: (stored, vector) for stored, vector in self._prepare([(item, None) for item in unready])}
+        waiting = []
+        for item in pending:
+            if item.id in made:
+                stored, vector = made[item.id]
+            elif item.id in ready and ready[item.id][0] is item:
+                stored, vector = ready[item.id][1], ready[item.id][2]
+            else:
+                continue  # blank: never stored
+            try:
+                if _matches(stored.metadata(), where):
+                    waiting.append((stored, vector))
+            except ValueError:
+                return None
+        return waiting
 
     def objective_vector(self, objective: str):
         """The objective's vector, embedded once: recall asks about it all run long."""
@@ -422,6 +506,53 @@ class VectorMemory:
         return {"path": self.url or str(self.path), "embedder": self.embedder.name, "items": len(metadatas),
                 "kinds": kinds,
                 "runs": len(runs - {None})}
+
+
+def _cosine_distances(queries: list, vectors: list):
+    """What chromadb's cosine space measures between each query and each vector: 1 - cos."""
+    import numpy as np
+
+    a = np.asarray(queries, dtype=np.float32)
+    b = np.asarray(vectors, dtype=np.float32)
+    a = a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-30)
+    b = b / np.maximum(np.linalg.norm(b, axis=1, keepdims=True), 1e-30)
+    return 1.0 - a @ b.T
+
+
+_COMPARE = {"$eq": lambda a, b: a == b, "$ne": lambda a, b: a != b,
+            "$gt": lambda a, b: a is not None and a > b, "$gte": lambda a, b: a is not None and a >= b,
+            "$lt": lambda a, b: a is not None and a < b, "$lte": lambda a, b: a is not None and a <= b,
+            "$in": lambda a, b: a in b, "$nin": lambda a, b: a not in b}
+
+
+def _matches(metadata: dict, where: dict | None) -> bool:
+    """Whether metadata passes a chromadb `where` filter; ValueError for an operator not known here."""
+    if not where:
+        return True
+    for key, condition in where.items():
+        if key in ("$and", "$or"):
+            results = [_matches(metadata, part) for part in condition]
+            if not (all(results) if key == "$and" else any(results)):
+                return False
+            continue
+        if key.startswith("$"):
+            raise ValueError(key)
+        value = metadata.get(key)
+        if not isinstance(condition, dict):
+            condition = {"$eq": condition}
+        for operator, operand in condition.items():
+            if operator not in _COMPARE:
+                raise ValueError(operator)
+            if key not in metadata:
+                if operator in ("$ne", "$nin"):  # how chromadb treats a missing field there: not guessed
+                    raise ValueError(operator)
+                return False
+            try:
+                if not _COMPARE[operator](value, operand):
+                    return False
+            except TypeError:
+                return False
+    return True
 
 
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")  # a run id: a name under runs/, never a path

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -67,27 +68,71 @@ def scripted_agent(steps: int, agent_prompts: list):
 
 
 class TimedModel:
-    """Wraps the real client and records when each call started and how long it took."""
+    """Wraps the real client and records when each call started, how long it took and which thread made it; and,
+    with `waits_for_summaries`, when the loop waited for a summary made in the background."""
 
     def __init__(self, model):
         self.model = model
-        self.calls: list[tuple[float, float, str]] = []  # (start, duration, role)
+        self.calls: list[tuple[float, float, str, int]] = []  # (start, duration, role, thread)
+        self.waits: list[tuple[float, float, int]] = []  # (start, duration, thread): a summary waited for
 
     def complete(self, messages, *, model, role="agent", **options):
         started = time.perf_counter()
         try:
             return self.model.complete(messages, model=model, role=role, **options)
         finally:
-            self.calls.append((started, time.perf_counter() - started, role))
+            self.calls.append((started, time.perf_counter() - started, role, threading.get_ident()))
+
+    @contextmanager
+    def waits_for_summaries(self) -> Iterator[None]:
+        """Times the loop's waits for a summary prepared in another thread (memory.run_memory.Preparation.wait)."""
+        from memory.run_memory import Preparation
+
+        original = Preparation.wait
+
+        def wait(preparation):
+            started = time.perf_counter()
+            try:
+                return original(preparation)
+            finally:
+                self.waits.append((started, time.perf_counter() - started, threading.get_ident()))
+
+        Preparation.wait = wait
+        try:
+            yield
+        finally:
+            Preparation.wait = original
 
     def step_overheads(self) -> list[float]:
-        """Per agent step: wall time from one agent call to the next, minus every model call in between."""
-        agent = [i for i, call in enumerate(self.calls) if call[2] == "agent"]
+        """Per agent step: wall time from one agent call to the next, minus the model's time as the loop met it:
+        the calls the loop's own thread made, and the part of its waits for a summary during which another
+        thread's model call was under way. A summary made in the background while the loop works is not
+        subtracted: the loop did not wait for it."""
+        agent = [call for call in self.calls if call[2] == "agent"]
+        loop = agent[0][3] if agent else None
+        others = _union([(start, start + took) for start, took, _, thread in self.calls if thread != loop])
         overheads = []
         for this, following in zip(agent, agent[1:]):
-            span = self.calls[following][0] - self.calls[this][0]
-            overheads.append(span - sum(self.calls[i][1] for i in range(this, following)))
+            begin, end = this[0], following[0]
+            model = sum(took for start, took, _, thread in self.calls if thread == loop and begin <= start < end)
+            waited = sum(_overlap((start, start + took), others) for start, took, thread in self.waits
+                         if thread == loop and begin <= start < end)
+            overheads.append(end - begin - model - waited)
         return overheads
+
+
+def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    merged: list[tuple[float, float]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _overlap(span: tuple[float, float], spans: list[tuple[float, float]]) -> float:
+    return sum(max(0.0, min(span[1], end) - max(span[0], start)) for start, end in spans)
 
 
 @dataclass
@@ -137,7 +182,8 @@ def run_agent(steps: int, budget: int, home: Path, memory_scope: str = "global")
         model = TimedModel(OpenAIModel(Endpoint(api_key="k", base_url=url)))
         agent = Agent(settings, model=model, ui=Terminal(interactive=False, quiet=True))
         started = time.perf_counter()
-        result = agent.run(OBJECTIVE)
+        with model.waits_for_summaries():
+            result = agent.run(OBJECTIVE)
         elapsed = time.perf_counter() - started
         ours.send("done")
         sizes, roles = ours.recv()

@@ -331,3 +331,60 @@ def test_an_output_over_the_item_budget_keeps_what_the_step_asked_for_not_its_he
     shown = json.dumps(llm.agent_requests()[1]["messages"])
     assert "the gate key is ZETA-9157" in shown
     assert "print a part of it (a slice, a search) to see the rest" in shown
+
+
+def test_recall_finds_an_out_of_view_step_the_writer_has_not_written_yet_without_a_flush(tmp_path, monkeypatch):
+    """Recall searches what the background writer holds beside what chromadb holds: an out-of-view step of this
+    run is found while its write still lingers, and recall neither flushes nor waits for it."""
+    import memory.store as store_module
+    from memory.context import ContextBuilder, StepRecord, Summary
+    from memory.run_memory import Held, RunMemory
+
+    monkeypatch.setattr(store_module, "WRITE_LINGER_S", 600.0)  # the writer holds its batch: nothing is written
+    store = VectorMemory(tmp_path / "memory", EMBEDDER)
+    store.add([MemoryItem("old:step:1", "Unrelated: the cafeteria serves soup on Tuesdays", "old", "step", 1)])
+    builder = ContextBuilder(COUNTER, 4000)
+    memory = RunMemory(builder=builder, summarizer_counter=COUNTER, ask_summarizer=lambda prompt: "unused",
+                       store=store, scope="run", run_id="r", objective="Open the vault")
+    memory.state = Held("Open the vault", "", Summary("The agent read a memo, then weather reports.", 3))
+    steps = [StepRecord(1, "read the security memo", "execute_python", "print(memo)",
+                        "Security memo: the vault code is PLUM-4471."),
+             *[StepRecord(i, f"print weather report {i}", "execute_python", "print(w)", f"Weather {i}: cloudy.")
+               for i in range(2, 6)]]
+    for record in steps:
+        memory.remember(*memory.step_items(record))
+    memory.remember(MemoryItem("other:step:1", "the vault code is FAKE-0000 in another run", "other", "step", 1))
+    assert store.pending(["r:step:1"]) and store.count() == 1
+    steps.append(StepRecord(6, "I need the vault code from the security memo", "execute_python", "print(1)", "1"))
+    context, _ = memory.context(system="system", steps=steps, next_step=7)
+    assert [item.id for item in memory.last_recalled][:1] == ["r:step:1"]
+    assert "PLUM-4471" in json.dumps(context.messages) and "FAKE-0000" not in json.dumps(context.messages)
+    assert store.pending(["r:step:1"]) and store.count() == 1  # found while still unwritten: no flush
+    store.flush()
+    assert store.count() == 7
+
+
+def test_a_search_merges_pending_items_with_stored_ones_at_the_stores_own_distances(tmp_path, monkeypatch):
+    """What the writer has not written yet is ranked by exactly the distance chromadb gives it once written,
+    under the same filter; a pending new version of a stored item replaces it."""
+    import memory.store as store_module
+
+    monkeypatch.setattr(store_module, "WRITE_LINGER_S", 600.0)
+    store = VectorMemory(tmp_path / "memory", EMBEDDER)
+    store.add([MemoryItem("a:step:1", "The server listens on port 8080", "a", "step", 1),
+               MemoryItem("a:step:2", "Quarterly revenue grew by 12 percent", "a", "step", 2)])
+    store.add_later([MemoryItem("b:step:1", "The database listens on port 5432", "b", "step", 1),
+                     MemoryItem("a:step:2", "The proxy forwards port 443 to port 8443", "a", "step", 2),
+                     MemoryItem("b:step:2", "Lunch is at noon", "b", "step", 2, workdir="/w")])
+    query = [store.embed_one("which port does the service listen on?")]
+    before = store.search_by(query, 3)
+    assert store.pending(["b:step:1"]) and store.count() == 2
+    assert "Quarterly" not in " ".join(hit.text for hit in before)  # replaced by its pending version
+    assert [hit.run for hit in store.search_by(query, 5, {"run": "b"})] == ["b", "b"]
+    assert [hit.id for hit in store.search_by(query, 5, {"workdir": "/w"})] == ["b:step:2"]
+    assert store.search_by(query, 5, {"$and": [{"run": "b"}, {"step": {"$gte": 2}}]})[0].id == "b:step:2"
+    store.flush()
+    after = store.search_by(query, 3)
+    assert [hit.id for hit in after] == [hit.id for hit in before]
+    assert all(abs(x.distance - y.distance) < 1e-4 and x.text == y.text and x.metadata == y.metadata
+               for x, y in zip(before, after))
