@@ -69,8 +69,28 @@ def terms(text: str) -> set[str]:
 
 def novelty(text: str, known: set[str]) -> float:
     """The share of the text's words that are not known (not in the prompt already)."""
-    found = terms(text) - LABELS
+    found = _meaning(text)
     return len(found - known) / len(found) if found else 0.0
+
+
+@functools.lru_cache(maxsize=512)
+def _meaning(text: str) -> frozenset:
+    """A memory's words but its labels: recall weighs the same stored items step after step."""
+    return frozenset(terms(text) - LABELS)
+
+
+def terms_of_lines(text: str) -> set[str]:
+    """terms(text), from the terms of each of its lines (kept for the lines seen lately: a prompt repeats most of
+    the one before it)."""
+    found: set[str] = set()
+    for line in text.split("\n"):
+        found |= _line_terms(line)
+    return found
+
+
+@functools.lru_cache(maxsize=8192)
+def _line_terms(line: str) -> frozenset:
+    return frozenset(terms(line))
 
 
 # what excerpt reads of a text that does not depend on the query, kept for the texts seen lately: recall shows the

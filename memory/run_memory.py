@@ -25,7 +25,7 @@ from typing import Callable
 from .condense import split_by_tokens, words_for
 from .context import (NOTE_COMMAND, Context, ContextBuilder, Note, StepRecord, Summary, fence_untrusted, head_notes,
                       message_text)
-from .excerpt import GAP, collapse_repeats, excerpt, novelty, same_note, terms, units
+from .excerpt import GAP, collapse_repeats, excerpt, novelty, same_note, terms_of_lines, units
 from .store import Hit, MemoryItem, VectorMemory
 from .tokens import TokenCounter
 
@@ -172,6 +172,7 @@ class RunMemory:
         self.notify: Callable[[str], None] = lambda text: None  # a line on the terminal: the loop waits for a summary
         self._objective_hits: list[Hit] | None = None
         self._objective_hits_at = 0
+        self._recalled_at = 0  # steps the last recall saw
         self.failure = ""  # why vector memory was turned off mid-run, for the agent to report
 
     @property
@@ -526,23 +527,24 @@ class RunMemory:
         embedder = self.store.embedder
         cut = getattr(embedder, "relevant_distance", 2.0)
         objective_cut = getattr(embedder, "objective_distance", cut)
+        latest = steps[-1] if steps else None
+        now = self._now(latest.thought, latest.command, latest.arg) if latest else ""
+        near, near_objective = self._prefetched(now) if latest else (None, None)
         # near the objective, so standing facts stay in view: what is near it changes slowly, so it is looked up
-        # again only every few steps
+        # again only every few steps (by the prefetch, when it knew this one would)
         if self._objective_hits is None or len(steps) - self._objective_hits_at >= OBJECTIVE_REFRESH:
-            self._objective_hits = self.store.search_by([self.store.objective_vector(self.objective)],
-                                                        RECALL_CANDIDATES, where)
+            self._objective_hits = near_objective if near_objective is not None else self.store.search_by(
+                [self.store.objective_vector(self.objective)], RECALL_CANDIDATES, where, self._item_in_view)
             self._objective_hits_at = len(steps)
+        self._recalled_at = len(steps)
         hits, query = list(self._objective_hits), self.objective
-        if steps:  # and near what the agent is doing now (a short query: embedding time grows with length)
-            latest = steps[-1]
-            now = self._now(latest.thought, latest.command, latest.arg)
-            near = self._prefetched(now)
+        if latest:  # and near what the agent is doing now (a short query: embedding time grows with length)
             if near is None:
-                near = self.store.search_by([self.store.embed_one(now)], RECALL_CANDIDATES, where)
+                near = self.store.search_by([self.store.embed_one(now)], RECALL_CANDIDATES, where, self._item_in_view)
             known = {hit.id for hit in near}
             hits = sorted(near + [hit for hit in hits if hit.id not in known], key=lambda hit: hit.distance)
             query = f"{now}\n{self.objective}"
-        flat, words = " ".join(shown.split()), terms(shown)
+        flat, words = " ".join(shown.split()), terms_of_lines(shown)
         hits = [hit for hit in hits if hit.distance <= (objective_cut if hit.kind == "objective" else cut)
                 and not self._in_view(hit) and " ".join(hit.text.split()) not in flat
                 and novelty(hit.text, words) >= NOVELTY]
@@ -576,30 +578,51 @@ class RunMemory:
         return f"{thought[:120]}{detail}"
 
     def prefetch(self, thought: str, command: str, arg: str) -> None:
-        """Look up, in a thread, what is near the action the agent just chose, while its command runs: the next
-        prompt's recall then finds it ready (embedding and searching off the loop's path). Only once the store is
-        open (opening it is the warm-up's work)."""
+        """Look up, in a thread, what is near the action the agent just chose (and near the objective, when the
+        next recall looks that up again), while its command runs: the next prompt's recall then finds it ready
+        (embedding and searching off the loop's path). Only once the store is open (opening it is the warm-up's
+        work)."""
         if self.store is None or getattr(self.store, "_collection", None) is None:
             return
-        now, store, where = self._now(thought, command, arg), self.store, self.recall_filter
+        now, store, where, objective = self._now(thought, command, arg), self.store, self.recall_filter, self.objective
+        view = (self.summary.through_step, self.summary.notes_through)
+        due = self._objective_hits is None or self._recalled_at + 1 - self._objective_hits_at >= OBJECTIVE_REFRESH
         box: list = []
+
+        def unwanted(item: MemoryItem) -> bool:  # in view as the lookup began (a fold since: not used, see below)
+            return self._item_in_view(item, *view)
 
         def look() -> None:
             try:
-                box.append(store.search_by([store.embed_one(now)], RECALL_CANDIDATES, where))
+                near = store.search_by([store.embed_one(now)], RECALL_CANDIDATES, where, unwanted)
+                box.append((near, store.search_by([store.objective_vector(objective)], RECALL_CANDIDATES, where,
+                                                  unwanted) if due else None))
             except Exception:  # recall looks again itself, and reports what fails
                 pass
 
         thread = threading.Thread(target=look, name="memory-prefetch", daemon=True)
         thread.start()
-        self._prefetch = (now, thread, box)
+        self._prefetch = (now, view, thread, box)
 
-    def _prefetched(self, now: str) -> list[Hit] | None:
+    def _prefetched(self, now: str) -> tuple[list[Hit] | None, list[Hit] | None]:
+        """The prefetch's hits near `now` and near the objective (None: not looked up), if it asked this and steps
+        have not left the view since (it left the steps then in view out of its search while their writes were
+        pending)."""
         prefetch, self._prefetch = self._prefetch, None
-        if prefetch is None or prefetch[0] != now:
-            return None
-        prefetch[1].join()
-        return prefetch[2][0] if prefetch[2] else None
+        if prefetch is None or prefetch[0] != now or prefetch[1] != (self.summary.through_step,
+                                                                     self.summary.notes_through):
+            return None, None
+        prefetch[2].join()
+        return prefetch[3][0] if prefetch[3] else (None, None)
+
+    def _item_in_view(self, item: MemoryItem, through: int | None = None, notes_through: int | None = None) -> bool:
+        """Whether recall would drop this item as shown already (see _in_view), by the view given or the current."""
+        if item.run != self.run_id or item.kind == "document":
+            return False
+        through = self.summary.through_step if through is None else through
+        notes_through = self.summary.notes_through if notes_through is None else notes_through
+        return (item.kind == "objective" or item.step > through
+                or (item.kind == "note" and item.step > notes_through))
 
     def _in_view(self, hit: Hit) -> bool:
         """This run's objective, its steps in view and its notes (whole in the head or in their steps) are in the

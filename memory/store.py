@@ -409,10 +409,13 @@ class VectorMemory:
             return []
         return self.search_by([self.embed_one(query)], limit, where)
 
-    def search_by(self, vectors: list, limit: int, where: dict | None = None) -> list[Hit]:
+    def search_by(self, vectors: list, limit: int, where: dict | None = None,
+                  unwanted: Callable[[MemoryItem], bool] | None = None) -> list[Hit]:
         """The items nearest to any of the vectors, best first: those stored, and those still waiting for the
-        background writer (compared here, by the store's own distance), as if they were stored."""
-        waiting = self._waiting(where)
+        background writer (compared here, by the store's own distance), as if they were stored. `unwanted`: items
+        waiting that the caller would drop from the hits anyway (a run's steps still in its view), left out of the
+        search (they would not be there either, had the writer not written them yet)."""
+        waiting = self._waiting(where, unwanted)
         if waiting is None:  # a filter this process cannot apply: what is pending is stored first
             self.flush()
             waiting = []
@@ -445,14 +448,15 @@ class VectorMemory:
                                                found["distances"][row])]
                 for row in range(len(vectors))]
 
-    def _waiting(self, where: dict | None) -> list[tuple[MemoryItem, object]] | None:
+    def _waiting(self, where: dict | None,
+                 unwanted: Callable[[MemoryItem], bool] | None = None) -> list[tuple[MemoryItem, object]] | None:
         """The items waiting for the writer that match `where`, as stored, with their vectors (those the writer
         has not embedded yet are embedded here); None when `where` is beyond what `_matches` can tell."""
         with self._pending_lock:
             if not self._pending:
                 return []
-            pending = list(self._pending.values())
-            ready = {key: value for key, value in self._ready.items()}
+            pending = [item for item in self._pending.values() if unwanted is None or not unwanted(item)]
+            ready = dict(self._ready)
         unready = [item for item in pending if not (item.id in ready and ready[item.id][0] is item)]
         made = {stored.id: (stored, vector) for stored, vector in self._prepare([(item, None) for item in unready])}
         waiting = []
