@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import queue
 import threading
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -37,6 +38,7 @@ RECALL_CANDIDATES = 8
 RECALL_ITEM_TOKENS = 200  # at most, for one recalled memory
 MIN_ITEM_TOKENS = 30  # less is no use
 OBJECTIVE_REFRESH = 8  # steps between lookups of what is near the objective
+LOOKUP_IDLE_S = 10.0  # the lookup thread (recall's prefetch) ends after this long without work
 FILL = 0.8  # of what one summarizer call reads: steps pending that start a summary in the background
 PART_OVERLAP = 100  # tokens: a step too big for one summarizer call is read in parts that overlap by this much
 
@@ -163,7 +165,10 @@ class RunMemory:
         self.code_commands = code_commands
         self.last_recalled: list[Recalled] = []
         self.preparing: Preparation | None = None
-        self._prefetch: tuple | None = None  # (query, thread, [hits]): recall looked up while a command runs
+        self._prefetch: tuple | None = None  # (query, view, done, box): recall looked up while a command runs
+        self._lookups: queue.Queue = queue.Queue()  # for the lookup thread
+        self._lookups_lock = threading.Lock()
+        self._looker: threading.Thread | None = None
         self._skeleton: int | None = None  # tokens of a fold prompt without the summary and the steps
         self._read: dict[int, int] = {}  # step in view → what it takes of a summarizer call
         self.prepared: Summary | None = None  # made from the one in the prompt (or the one before it prepared)
@@ -529,7 +534,7 @@ class RunMemory:
         objective_cut = getattr(embedder, "objective_distance", cut)
         latest = steps[-1] if steps else None
         now = self._now(latest.thought, latest.command, latest.arg) if latest else ""
-        near, near_objective = self._prefetched(now) if latest else (None, None)
+        vector, near, near_objective = self._prefetched(now) if latest else (None, None, None)
         # near the objective, so standing facts stay in view: what is near it changes slowly, so it is looked up
         # again only every few steps (by the prefetch, when it knew this one would)
         if self._objective_hits is None or len(steps) - self._objective_hits_at >= OBJECTIVE_REFRESH:
@@ -540,7 +545,8 @@ class RunMemory:
         hits, query = list(self._objective_hits), self.objective
         if latest:  # and near what the agent is doing now (a short query: embedding time grows with length)
             if near is None:
-                near = self.store.search_by([self.store.embed_one(now)], RECALL_CANDIDATES, where, self._item_in_view)
+                vector = self.store.embed_one(now) if vector is None else vector
+                near = self.store.search_by([vector], RECALL_CANDIDATES, where, self._item_in_view)
             known = {hit.id for hit in near}
             hits = sorted(near + [hit for hit in hits if hit.id not in known], key=lambda hit: hit.distance)
             query = f"{now}\n{self.objective}"
@@ -580,40 +586,72 @@ class RunMemory:
     def prefetch(self, thought: str, command: str, arg: str) -> None:
         """Look up, in a thread, what is near the action the agent just chose (and near the objective, when the
         next recall looks that up again), while its command runs: the next prompt's recall then finds it ready
-        (embedding and searching off the loop's path). Only once the store is open (opening it is the warm-up's
-        work)."""
+        (embedding and searching off the loop's path). The thread then embeds what still waits for the store's
+        writer, so that a later search finds it ready too. Only once the store is open (opening it is the
+        warm-up's work)."""
         if self.store is None or getattr(self.store, "_collection", None) is None:
             return
         now, store, where, objective = self._now(thought, command, arg), self.store, self.recall_filter, self.objective
         view = (self.summary.through_step, self.summary.notes_through)
         due = self._objective_hits is None or self._recalled_at + 1 - self._objective_hits_at >= OBJECTIVE_REFRESH
         box: list = []
+        done = threading.Event()
 
-        def unwanted(item: MemoryItem) -> bool:  # in view as the lookup began (a fold since: not used, see below)
+        def unwanted(item: MemoryItem) -> bool:  # in view as the lookup began (a fold since: looked up again)
             return self._item_in_view(item, *view)
 
         def look() -> None:
             try:
-                near = store.search_by([store.embed_one(now)], RECALL_CANDIDATES, where, unwanted)
-                box.append((near, store.search_by([store.objective_vector(objective)], RECALL_CANDIDATES, where,
-                                                  unwanted) if due else None))
+                vector = store.embed_one(now)
+                box.append(vector)
+                near = store.search_by([vector], RECALL_CANDIDATES, where, unwanted)
+                box.extend([near, store.search_by([store.objective_vector(objective)], RECALL_CANDIDATES, where,
+                                                  unwanted) if due else None])
             except Exception:  # recall looks again itself, and reports what fails
                 pass
+            finally:
+                done.set()
+            try:
+                store.embed_pending()
+            except Exception:  # the writer meets it, and reports it
+                pass
 
-        thread = threading.Thread(target=look, name="memory-prefetch", daemon=True)
-        thread.start()
-        self._prefetch = (now, view, thread, box)
+        self._lookup(look)
+        self._prefetch = (now, view, done, box)
 
-    def _prefetched(self, now: str) -> tuple[list[Hit] | None, list[Hit] | None]:
-        """The prefetch's hits near `now` and near the objective (None: not looked up), if it asked this and steps
-        have not left the view since (it left the steps then in view out of its search while their writes were
-        pending)."""
+    def _lookup(self, job: Callable[[], None]) -> None:
+        """Run job in the lookup thread, started when there is none (starting a thread each step cost the loop
+        ~1-3 ms: it waits for the new thread to run); the thread ends after LOOKUP_IDLE_S without work."""
+        with self._lookups_lock:
+            self._lookups.put(job)
+            if self._looker is None:
+                self._looker = threading.Thread(target=self._look_forever, name="memory-prefetch", daemon=True)
+                self._looker.start()
+
+    def _look_forever(self) -> None:
+        while True:
+            try:
+                job = self._lookups.get(timeout=LOOKUP_IDLE_S)
+            except queue.Empty:
+                with self._lookups_lock:
+                    if self._lookups.empty():
+                        self._looker = None
+                        return
+                continue
+            job()
+
+    def _prefetched(self, now: str) -> tuple[object, list[Hit] | None, list[Hit] | None]:
+        """What the prefetch found, if it asked about `now`: the query's vector, the hits near it (None when steps
+        have left the view since: it left the steps then in view out of its search) and near the objective (None
+        when not looked up)."""
         prefetch, self._prefetch = self._prefetch, None
-        if prefetch is None or prefetch[0] != now or prefetch[1] != (self.summary.through_step,
-                                                                     self.summary.notes_through):
-            return None, None
-        prefetch[2].join()
-        return prefetch[3][0] if prefetch[3] else (None, None)
+        if prefetch is None or prefetch[0] != now:
+            return None, None, None
+        prefetch[2].wait()
+        vector, near, objective = (prefetch[3] + [None, None, None])[:3]
+        if prefetch[1] != (self.summary.through_step, self.summary.notes_through):
+            near = None
+        return vector, near, objective
 
     def _item_in_view(self, item: MemoryItem, through: int | None = None, notes_through: int | None = None) -> bool:
         """Whether recall would drop this item as shown already (see _in_view), by the view given or the current."""

@@ -448,6 +448,15 @@ class VectorMemory:
                                                found["distances"][row])]
                 for row in range(len(vectors))]
 
+    def embed_pending(self) -> None:
+        """Embed what waits for the writer and has no vector yet (a searcher's thread, at its priority: the writer
+        runs niced and may wait long for the CPU), so that a search finds it ready."""
+        with self._pending_lock:
+            unready = [item for item in self._pending.values()
+                       if not (item.id in self._ready and self._ready[item.id][0] is item)]
+        if unready:
+            self._prepare([(item, None) for item in unready])
+
     def _waiting(self, where: dict | None,
                  unwanted: Callable[[MemoryItem], bool] | None = None) -> list[tuple[MemoryItem, object]] | None:
         """The items waiting for the writer that match `where`, as stored, with their vectors (those the writer
