@@ -56,6 +56,9 @@ class MiniLMEmbedder:
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = self.threads
         options.inter_op_num_threads = 1
+        # no spinning between calls: a spinning pool takes the cores the agent's loop needs (embedding runs beside
+        # it, in the background), and on a busy machine spinning made a short query's embedding twice as slow
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.log_severity_level = 3
         # no arena: buffers are freed after each call instead of the arena keeping the largest batch's (~200 MB)
         options.enable_cpu_mem_arena = False

@@ -575,7 +575,24 @@ class RunMemory:
                 continue
             chosen.append(Recalled(hit.id, label, text))
             room -= cost
+        self._embed_pending()
         return chosen
+
+    def _embed_pending(self) -> None:
+        """What waits for the store's writer is embedded in the lookup thread while the model is asked (the next
+        prompt follows): searchable without delay once its step leaves the view, and the writer, niced, has only
+        chromadb's write left to do."""
+        store = self.store
+        if store is None or getattr(store, "_collection", None) is None:
+            return
+
+        def embed() -> None:
+            try:
+                store.embed_pending()
+            except Exception:  # the writer meets it too, and reports it
+                pass
+
+        self._lookup(embed)
 
     def _now(self, thought: str, command: str, arg: str) -> str:
         """What recall asks about the step: its thought, and the argument of a command that is not code (no command
@@ -586,9 +603,8 @@ class RunMemory:
     def prefetch(self, thought: str, command: str, arg: str) -> None:
         """Look up, in a thread, what is near the action the agent just chose (and near the objective, when the
         next recall looks that up again), while its command runs: the next prompt's recall then finds it ready
-        (embedding and searching off the loop's path). The thread then embeds what still waits for the store's
-        writer, so that a later search finds it ready too. Only once the store is open (opening it is the
-        warm-up's work)."""
+        (embedding and searching off the loop's path). Only once the store is open (opening it is the warm-up's
+        work)."""
         if self.store is None or getattr(self.store, "_collection", None) is None:
             return
         now, store, where, objective = self._now(thought, command, arg), self.store, self.recall_filter, self.objective
@@ -611,10 +627,6 @@ class RunMemory:
                 pass
             finally:
                 done.set()
-            try:
-                store.embed_pending()
-            except Exception:  # the writer meets it, and reports it
-                pass
 
         self._lookup(look)
         self._prefetch = (now, view, done, box)

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 KEY_CHARS = 240  # what is embedded of a key or a query (~60 tokens): the cost grows with length, meaning hardly
 WRITE_BATCH = 16
 WRITE_LINGER_S = 1.0  # the writer waits this long for a batch to fill: a chromadb write costs ~15 ms however small
-# (items are embedded as soon as they arrive, and searched in this process until written: recall never waits for it)
+# (meanwhile its items are searched in this process, see search_by: recall never waits for a write)
 WRITE_QUEUE = 64  # items waiting for the writer before add_later waits (back-pressure)
 
 
@@ -78,10 +78,10 @@ class Hit:
 class VectorMemory:
     """chromadb opened on first use: runs and commands that never touch memory do not pay for it.
 
-    `add` stores at once; `add_later` hands items to a background writer that embeds them as they arrive and stores
-    them in batches (one chromadb write costs ~15 ms however few items it holds), so the agent's step does not wait
-    for it. Until an item is written, `search_by` finds it here, in the process, beside the store's hits: a search
-    never waits for a write."""
+    `add` stores at once; `add_later` hands items to a background writer that embeds and stores them in batches
+    (one chromadb write costs ~15 ms however few items it holds), so the agent's step does not wait for it. Until an
+    item is written, `search_by` finds it here, in the process, beside the store's hits (embedded by then through
+    `embed_pending`, or by the search itself): a search never waits for a write."""
 
     def __init__(self, path: Path, embedder: "Embedder", url: str | None = None,
                  redact: Callable[[str], str] = lambda text: text, read_only: bool = False):
@@ -320,22 +320,15 @@ class VectorMemory:
         while True:
             batch = [self._queue.get()]
             deadline = time.monotonic() + WRITE_LINGER_S
+            while len(batch) < WRITE_BATCH and not self._flushing.is_set():  # a flush ends the wait at once
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                try:
+                    batch.append(self._queue.get(timeout=min(left, 0.05)))
+                except queue.Empty:
+                    continue
             try:
-                while True:
-                    while len(batch) < WRITE_BATCH:  # whatever else is queued, embedded with it in one call
-                        try:
-                            batch.append(self._queue.get_nowait())
-                        except queue.Empty:
-                            break
-                    if self._writer_error is None:
-                        self._prepare(batch)  # embedded now: searchable at once, while the batch fills
-                    left = deadline - time.monotonic()
-                    if len(batch) >= WRITE_BATCH or self._flushing.is_set() or left <= 0:  # a flush ends the wait
-                        break
-                    try:
-                        batch.append(self._queue.get(timeout=min(left, 0.05)))
-                    except queue.Empty:
-                        continue
                 if self._writer_error is None:
                     self._store([item for item, _ in batch], [vector for _, vector in batch])
             except BaseException as exc:  # reported to the agent by the next add_later / flush
