@@ -102,15 +102,25 @@ def _collapsed(text: str, counter: TokenCounter) -> tuple[str, int]:
 
 
 @functools.lru_cache(maxsize=512)
-def _pieces(text: str) -> tuple[tuple[str, ...], tuple[frozenset, ...], dict[str, int]]:
-    """The text's lines and sentences, the meaningful words of each, and in how many pieces each word is."""
+def _pieces(text: str) -> tuple[tuple[str, ...], tuple[frozenset, ...], tuple[frozenset, ...]]:
+    """The text's lines and sentences, the meaningful words of each, and those of each found in no other piece."""
     pieces = tuple(piece for piece in units(text) if piece.strip())
     words = tuple(frozenset(terms(piece)) for piece in pieces)
     frequency: dict[str, int] = {}
     for found in words:
         for word in found:
             frequency[word] = frequency.get(word, 0) + 1
-    return pieces, words, frequency
+    return pieces, words, tuple(frozenset(w for w in found if frequency[w] == 1) for found in words)
+
+
+@functools.lru_cache(maxsize=16)
+def _query_terms(query: str) -> frozenset:
+    return frozenset(terms(query))  # recall asks the same query of every memory it weighs
+
+
+@functools.lru_cache(maxsize=4096)
+def _piece_tokens(piece: str, counter: TokenCounter) -> int:
+    return counter.count(piece) + 1  # with its line break
 
 
 def excerpt(text: str, query: str, counter: TokenCounter, max_tokens: int, known: set[str] = frozenset()) -> str:
@@ -120,17 +130,13 @@ def excerpt(text: str, query: str, counter: TokenCounter, max_tokens: int, known
     text, total = _collapsed(text, counter)
     if total <= max_tokens:
         return text
-    pieces, words, frequency = _pieces(text)
-    wanted = terms(query)
-    scores = [2 * len(found & wanted) + sum(1 for w in found if frequency[w] == 1 and w not in known)
-              for found in words]
+    pieces, words, unique = _pieces(text)
+    wanted = _query_terms(query)
+    scores = [2 * len(found & wanted) + len(only - known) for found, only in zip(words, unique)]
     best = max(range(len(pieces)), key=lambda i: (scores[i], -i))
-    sizes: dict[int, int] = {}  # counted only for the pieces widening reaches (encoding is the costly part)
 
-    def size(i: int) -> int:
-        if i not in sizes:
-            sizes[i] = counter.count(pieces[i]) + 1
-        return sizes[i]
+    def size(i: int) -> int:  # counted only for the pieces widening reaches (encoding is the costly part)
+        return _piece_tokens(pieces[i], counter)
 
     room = max_tokens - 2 * counter.count(f" {GAP} ")
     if size(best) > room:
