@@ -138,7 +138,7 @@ def excerpt(text: str, query: str, counter: TokenCounter, max_tokens: int, known
     def size(i: int) -> int:  # counted only for the pieces widening reaches (encoding is the costly part)
         return _piece_tokens(pieces[i], counter)
 
-    room = max_tokens - 2 * counter.count(f" {GAP} ")
+    room = max_tokens - 2 * _piece_tokens(f" {GAP} ", counter) + 2
     if size(best) > room:
         return ""
     start = end = best

@@ -178,6 +178,7 @@ class RunMemory:
         self._objective_hits: list[Hit] | None = None
         self._objective_hits_at = 0
         self._recalled_at = 0  # steps the last recall saw
+        self._labels: dict[str, int] = {}  # a recalled memory's label → its tokens
         self.failure = ""  # why vector memory was turned off mid-run, for the agent to report
 
     @property
@@ -564,7 +565,7 @@ class RunMemory:
                                                        for step, text in later))):
                 continue  # a newer version of this note is at hand, or in the prompt: it wins
             label = self._label(hit)
-            share = min(room if not chosen else room // 2, RECALL_ITEM_TOKENS) - self.counter.count(f"- ({label}) ")
+            share = min(room if not chosen else room // 2, RECALL_ITEM_TOKENS) - self._label_tokens(label)
             if share < MIN_ITEM_TOKENS:
                 break
             text = excerpt(hit.text, query, self.counter, share, words)
@@ -577,6 +578,15 @@ class RunMemory:
             room -= cost
         self._embed_pending()
         return chosen
+
+    def _label_tokens(self, label: str) -> int:
+        """What a recalled memory's label takes (kept: the same labels come back step after step)."""
+        tokens = self._labels.get(label)
+        if tokens is None:
+            if len(self._labels) > 1024:
+                self._labels.clear()
+            tokens = self._labels[label] = self.counter.count(f"- ({label}) ")
+        return tokens
 
     def _embed_pending(self) -> None:
         """What waits for the store's writer is embedded in the lookup thread while the model is asked (the next
