@@ -443,13 +443,14 @@ class RunMemory:
         return [f"[step {step}, part {i} of {len(parts)}]\n{part}" for i, part in enumerate(parts, start=1)]
 
     def _call_room(self, text: str, cap: int) -> int:
-        """What one summarizer call may read of the steps, given the summary so far and the reply's cap: the
-        call, prompt and reply, within the budget."""
+        """What one summarizer call may read of the steps, given the summary so far: the call's prompt within the
+        budget, as an agent call's is. Its reply (at most the cap: `words_for(cap)` words) is apart, as an agent's
+        reply is apart from the agent's prompt; the cap is at most 30 % of the budget, within any reply limit."""
         if self._skeleton is None:
             self._skeleton = self.summarizer_counter.count(FOLD_PROMPT.format(
                 objective=self.objective, so_far=self._so_far("", 1), first=0, last=0,
                 steps=fence_untrusted("the steps", ""), words=words_for(cap)))
-        return self.builder.max_tokens - self._skeleton - self.summarizer_counter.count(text) - cap
+        return self.builder.max_tokens - self._skeleton - self.summarizer_counter.count(text)
 
     @staticmethod
     def _so_far(text: str, through: int) -> str:

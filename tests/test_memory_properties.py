@@ -191,7 +191,7 @@ def shaped_output(step: int, shape: str, size: int, place: str, rng: random.Rand
     """An output of about `size` tokens with the step's fact at `place`: on a line of its own (in JSON, a string
     value; in a traceback, the error) or, for "inline", inside one long line with no line break at all."""
     units, taken = [], 0
-    for unit in shaped_units(shape, step, 1000, rng):
+    for unit in shaped_units(shape, step, max(1000, size), rng):
         if taken >= size:
             break
         units.append(unit)
@@ -264,7 +264,7 @@ def test_a_step_too_big_for_one_summarizer_call_reaches_it_whole_in_overlapping_
     rng, prompts = random.Random(7), []
     budget = 2000
     memory = shaped_memory(budget, prompts)
-    steps = [shaped_step(n, "inline", 1400, "anywhere", 0, rng) for n in range(1, 5)]
+    steps = [shaped_step(n, "inline", 2400, "anywhere", 0, rng) for n in range(1, 5)]
     for number in range(1, 6):
         context, _ = memory.context(system=SYSTEM, steps=steps[:number - 1], next_step=number)
         check(context.messages, steps[:number - 1], memory, budget, shaped_fact)
