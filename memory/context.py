@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .budget import Budget
-from .excerpt import excerpt
+from .excerpt import pick
 from .tokens import TokenCounter
 
 MESSAGE_OVERHEAD = 4  # tokens a chat message costs beyond its content
@@ -131,7 +131,7 @@ def cut_around(text: str, query: str, counter: TokenCounter, max_tokens: int) ->
     while len(lines) > 1 and counter.count("\n".join([lines[-1], *tail])) <= room // 4:
         tail.insert(0, lines.pop())
     tail_text = "\n".join(tail)
-    body = excerpt("\n".join(lines), query, counter, room - (counter.count(tail_text) + 1 if tail else 0))
+    body = pick("\n".join(lines), query, counter, room - (counter.count(tail_text) + 1 if tail else 0))
     if not body:
         return truncate_middle(text, counter, max_tokens)
     return f"{body}{CUT_HINT}\n{tail_text}" if tail else body + CUT_HINT  # the hint where the gap is
@@ -291,9 +291,9 @@ class ContextBuilder:
 
     def render(self, record: StepRecord, room: int | None = None, query: str = "", notes: bool = True) -> list[dict]:
         """A step as a reply and its observation, cut to `room` tokens when given and needed: the observation to
-        whole lines or sentences around what matters to `query` and the step's thought (by position only when it
-        has none that fit), saying how to see the rest. Its notes are always whole (unless `notes` is False: the
-        head shows them): a note the (cut) reply does not show whole follows the observation."""
+        the whole lines or sentences that matter most to `query` and the step's thought, wherever they are (by
+        position only when none fits), saying how to see the rest. Its notes are always whole (unless `notes` is
+        False: the head shows them): a note the (cut) reply does not show whole follows the observation."""
         reply, observation = self.render_step(record)
         pair = self._with_notes([reply, observation], record.notes_outside_reply() if notes else [])
         if room is None or self.message_tokens(pair) <= room:
@@ -306,8 +306,8 @@ class ContextBuilder:
         body_room = max(20, left - self.message_tokens([reply]) + MESSAGE_OVERHEAD - self.counter.count(hint))
         text = observation["content"]
         head, _, output = text.partition("\n")  # "Observation (step N):" stays whole
-        body = excerpt(output, f"{query} {record.thought} {record.arg}", self.counter,
-                       body_room - self.counter.count(head) - 1)
+        body = pick(output, f"{query} {record.thought} {record.arg}", self.counter,
+                    body_room - self.counter.count(head) - 1)
         body = f"{head}\n{body}" if body else truncate_middle(text, self.counter, body_room)
         return [reply, dict(observation, content=body + hint + notes_text)]
 

@@ -136,3 +136,30 @@ def same_note(a: str, b: str) -> bool:
     if a in b or b in a:
         return True
     return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio() >= 0.6
+
+
+def pick(text: str, query: str, counter: TokenCounter, max_tokens: int) -> str:
+    """The text within max_tokens as the whole lines or sentences that matter most, wherever they are: those with
+    the query's words first (a program's result line and the line its step asked about may lie far apart), then
+    what is distinctive, then the first ones; in their order, "…" where text was left out. "" when none fits."""
+    text, total = _collapsed(text, counter)
+    if total <= max_tokens:
+        return text
+    pieces, words, frequency = _pieces(text)
+    wanted = terms(query)
+    scores = [2 * len(found & wanted) + sum(1 for w in found if frequency[w] == 1) for found in words]
+    chosen, used, gap = set(), 0, counter.count(f"\n{GAP}")
+    for i in sorted(range(len(pieces)), key=lambda i: (-(scores[i] > 0), -scores[i], i)):
+        size = counter.count(pieces[i]) + 1 + gap
+        if used + size <= max_tokens - gap:
+            chosen.add(i)
+            used += size
+    lines, last = [], -1
+    for i in sorted(chosen):
+        if i != last + 1:
+            lines.append(GAP)
+        lines.append(pieces[i])
+        last = i
+    if chosen and last < len(pieces) - 1:
+        lines.append(GAP)
+    return "\n".join(lines)

@@ -131,3 +131,19 @@ def test_the_run_module_does_not_import_the_agent():
     code = "import sys, miniagi.run; print('miniagi.agent' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_a_step_shown_cut_keeps_every_line_its_step_asked_about_wherever_they_lie():
+    """Found by a capable model in the loop: a step printed its result (`V18 = 34`) and then a note whose middle line
+    said what to do next; shown cut to fit, it kept the note's line and its neighbours, and lost the result at its
+    top. The cut keeps the lines that matter wherever they are, with "…" where lines were left out."""
+    filler = [f"{100000 + 7919 * i} cedar-{i} 0.{i:05d} hazel sable maple basil status=ok seq={i}" for i in range(40)]
+    output = "\n".join(["V18 = 34", *filler[:20], "Note 19 of 30. Compute V19 = |V11 - 10|.", *filler[20:]])
+    record = StepRecord(19, "Note 18 says V18 = (V1 times 2) mod 1000, so V18 = 34; then read note 19",
+                        "execute_python", "print('V18 =', V18); print(open('notes/note19.txt').read())", output)
+    builder = ContextBuilder(COUNTER, 3000)
+    reply, observation = builder.render(record, room=300)
+    shown = observation["content"]
+    assert "V18 = 34" in shown and "Note 19 of 30. Compute V19 = |V11 - 10|." in shown
+    assert "…" in shown and "print a part of it" in shown
+    assert builder.message_tokens([reply, observation]) <= 300
