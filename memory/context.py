@@ -245,7 +245,8 @@ class ContextBuilder:
             parts.append(f"DIGEST OF YOUR NOTES OF {steps} (they outgrew their room, so the summarizer condensed "
                          f"them; notes of later steps are whole):\n{summary.notes_digest}")
         if notes:
-            parts.append("YOUR NOTES (memorize_thoughts), newest first; notes of later steps are in those steps:\n"
+            parts.append("YOUR NOTES (memorize_thoughts), newest first (where two disagree, the newer holds); notes of "
+                         "later steps are in those steps:\n"
                          + "\n".join(f"- (step {note.step}) {note.text}" for note in notes))
         return "\n\n".join(parts)
 
