@@ -1,8 +1,8 @@
 """Whole pieces of a memory for recall: a recalled item is shown whole when it fits, else as whole sentences around
 the one that matters most; never a head and a tail with its middle cut out.
 
-- `collapse_repeats`: a line or sentence said again (a log's routine entry, a progress line) is shown once, with
-  how many times it came;
+- `collapse_repeats`: a line or sentence said again and again in a row (a log's routine entry, a progress line) is
+  shown once, with how many times it came (a line that recurs apart, such as a JSON record's field, stays);
 - `excerpt`: the sentence that best matches the query (its words, then what is distinctive: words found in no other
   sentence and not in the prompt already, such as names and numbers), widened with its neighbours while they fit;
   "…" marks where text was left out, always between sentences;
@@ -38,28 +38,26 @@ def _sentences(line: str) -> list[str]:
 
 
 def collapse_repeats(text: str) -> str:
-    """The text with each repeated line or sentence kept once, where it first came, marked with its count."""
-    lines = text.split("\n")
-    seen: dict[str, int] = {}
-    for unit in units(text):
-        key = " ".join(unit.split())
-        if len(key) > 3:
-            seen[key] = seen.get(key, 0) + 1
-    if all(count == 1 for count in seen.values()):
+    """The text with each run of one line or sentence said again and again in a row (a log's routine entry, a
+    progress line) kept once, where it came, marked with its count. Only repeats in a row: a line that recurs
+    apart (a JSON record's `"status": "shipped",`, a table's cell) stays where it is, so every record keeps its
+    fields."""
+    units_in: list[tuple[int, str, str]] = [(number, unit, " ".join(unit.split()))
+                                            for number, line in enumerate(text.split("\n"))
+                                            for unit in _sentences(line)]
+    if not any(a[2] == b[2] and len(a[2]) > 3 for a, b in zip(units_in, units_in[1:])):
         return text
-    out_lines, shown = [], set()
-    for line in lines:
-        kept = []
-        for unit in _sentences(line):
-            key = " ".join(unit.split())
-            if len(key) <= 3 or seen.get(key, 1) == 1:
-                kept.append(unit)
-            elif key not in shown:
-                shown.add(key)
-                kept.append(f"{unit} [×{seen[key]}]")
-        if kept or not line.strip():
-            out_lines.append(" ".join(kept))
-    return "\n".join(out_lines)
+    lines: list[list[str]] = [[] for _ in text.split("\n")]
+    i = 0
+    while i < len(units_in):
+        number, unit, key = units_in[i]
+        run = 1
+        while len(key) > 3 and i + run < len(units_in) and units_in[i + run][2] == key:
+            run += 1
+        lines[number].append(f"{unit} [×{run}]" if run > 1 else unit)
+        i += run
+    blank = [not line.strip() for line in text.split("\n")]
+    return "\n".join(" ".join(kept) for kept, was_blank in zip(lines, blank) if kept or was_blank)
 
 
 def terms(text: str) -> set[str]:

@@ -147,3 +147,19 @@ def test_a_step_shown_cut_keeps_every_line_its_step_asked_about_wherever_they_li
     assert "V18 = 34" in shown and "Note 19 of 30. Compute V19 = |V11 - 10|." in shown
     assert "…" in shown and "print a part of it" in shown
     assert builder.message_tokens([reply, observation]) <= 300
+
+
+def test_records_keep_every_field_when_repeats_are_collapsed():
+    """Found by a capable model in the loop: repeats were collapsed wherever they came, so in a day's orders as JSON
+    every record after the first lost its `"status": "shipped",` line (shown once, far above, with a count), and a
+    cancelled manifold read as shipped. Only repeats in a row are collapsed now."""
+    import json
+
+    from memory.excerpt import collapse_repeats
+
+    orders = [{"order_id": f"D20-{i:03d}", "product": "manifold" if i == 9 else "pump",
+               "status": "cancelled" if i == 9 else "shipped", "qty": i} for i in range(10)]
+    text = json.dumps(orders, indent=1)
+    assert collapse_repeats(text) == text  # no field moved or dropped
+    log = "start\n" + "routine check, nothing to report\n" * 50 + "the gate key is ZETA-9157\n"
+    assert collapse_repeats(log) == "start\nroutine check, nothing to report [×50]\nthe gate key is ZETA-9157\n"
