@@ -259,7 +259,8 @@ class ContextBuilder:
         labelled by the critic: a block of its own, never inside output), then the request for the next action."""
         parts = []
         if recalled:  # documents, pages and results of other runs: outside text, whatever its label
-            parts.append("RELEVANT MEMORIES (recalled for this step only, from earlier steps and runs):\n"
+            parts.append("RELEVANT MEMORIES (recalled for this step only, from earlier steps and runs; older than what "
+                         "is above: where they disagree with it, what is above holds):\n"
                          + fence_untrusted("recalled memories", recalled))
         if alerts.strip():
             parts.append(truncate_middle(alerts.strip(), self.counter, self.alerts_cap))
@@ -310,6 +311,8 @@ class ContextBuilder:
         body = pick(output, f"{query} {record.thought} {record.arg}", self.counter,
                     body_room - self.counter.count(head) - 1)
         body = f"{head}\n{body}" if body else truncate_middle(text, self.counter, body_room)
+        if hint.strip() in body:  # cut before (to --max-memory-item-tokens): the line that says so is kept, once
+            hint = ""
         return [reply, dict(observation, content=body + hint + notes_text)]
 
     def _with_notes(self, pair: list[dict], notes: list[str]) -> list[dict]:

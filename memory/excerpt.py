@@ -136,22 +136,55 @@ def same_note(a: str, b: str) -> bool:
     return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio() >= 0.6
 
 
+NEAR = 4  # lines each way that pick keeps around a line that matches, before the next match
+
+
 def pick(text: str, query: str, counter: TokenCounter, max_tokens: int) -> str:
-    """The text within max_tokens as the whole lines or sentences that matter most, wherever they are: those with
-    the query's words first (a program's result line and the line its step asked about may lie far apart), then
-    what is distinctive, then the first ones; in their order, "…" where text was left out. "" when none fits."""
+    """The text within max_tokens as the whole lines or sentences that matter to the query, wherever they are (a
+    program's result line and the line its step asked about may lie far apart), each widened with its neighbours
+    while room lasts (a record keeps its fields), the best matches first; then the first lines. In their order,
+    "…" where text was left out. With nothing that matches: sentences around the most distinctive one (excerpt).
+    "" when none fits."""
     text, total = _collapsed(text, counter)
     if total <= max_tokens:
         return text
-    pieces, words, frequency = _pieces(text)
-    wanted = terms(query)
-    scores = [2 * len(found & wanted) + sum(1 for w in found if frequency[w] == 1) for found in words]
-    chosen, used, gap = set(), 0, counter.count(f"\n{GAP}")
-    for i in sorted(range(len(pieces)), key=lambda i: (-(scores[i] > 0), -scores[i], i)):
+    pieces, words, _ = _pieces(text)
+    wanted = {_stem(word) for word in terms(query)}
+    found = [{_stem(word) for word in piece_words} & wanted for piece_words in words]
+    spread: dict[str, int] = {}  # in how many pieces each of the query's words is: a word in every record tells
+    for stems in found:  # little about which record matters
+        for stem in stems:
+            spread[stem] = spread.get(stem, 0) + 1
+    matches = [sum(1 / spread[stem] for stem in stems) for stems in found]
+    anchors = sorted((i for i in range(len(pieces)) if matches[i]), key=lambda i: (-matches[i], i))
+    if not anchors:
+        return excerpt(text, query, counter, max_tokens)
+    chosen, gap = set(), counter.count(f"\n{GAP}")
+    used = gap  # the last gap
+
+    def take(i: int) -> bool:
+        nonlocal used
+        if i in chosen or not 0 <= i < len(pieces) or pieces[i].strip() == GAP:  # (a gap: marked where it is)
+            return False
         size = counter.count(pieces[i]) + 1 + gap
-        if used + size <= max_tokens - gap:
-            chosen.add(i)
-            used += size
+        if used + size > max_tokens:
+            return False
+        chosen.add(i)
+        used += size
+        return True
+
+    for i in anchors:  # the best matches first, each with a few lines around it (a record's other fields)
+        if take(i):
+            for radius in range(1, NEAR + 1):
+                take(i + radius)
+                take(i - radius)
+    for radius in range(NEAR + 1, len(pieces)):  # room left: the windows grown a line each way per round
+        grown = [take(i + radius) | take(i - radius) for i in anchors if i in chosen]
+        if not any(grown):
+            break
+    for i in range(len(pieces)):  # room left: the first lines
+        if not take(i) and used + gap >= max_tokens:
+            break
     lines, last = [], -1
     for i in sorted(chosen):
         if i != last + 1:
@@ -161,3 +194,11 @@ def pick(text: str, query: str, counter: TokenCounter, max_tokens: int) -> str:
     if chosen and last < len(pieces) - 1:
         lines.append(GAP)
     return "\n".join(lines)
+
+
+def _stem(word: str) -> str:
+    """A word without its commonest English ending, so that "manifolds" finds "manifold"."""
+    for ending in ("ing", "ed", "es", "s"):
+        if word.endswith(ending) and len(word) - len(ending) >= 3 and not word.isdigit():
+            return word[:-len(ending)]
+    return word

@@ -53,7 +53,8 @@ Write the summary of steps 1-{last}, at most {words} words: what has been done, 
 why, and what remains open. Keep verbatim every fact a later step may need: numbers, names, codes, identifiers, \
 file paths, URLs, results and decisions, from the summary so far and from these steps. If the words do not suffice, \
 drop repetition and routine output first, and end with one line "Dropped: …" saying what you left out. The \
-agent's notes are kept apart (whole, or in a digest of them): do not repeat them. Reply with the summary only."""
+agent's notes are kept apart (whole, or in a digest of them): do not repeat what they say, and keep here what they \
+do not hold. Reply with the summary only."""
 
 DIGEST_PROMPT = """An autonomous agent's notes to itself outgrew their room in its memory. Condense them into one \
 digest of at most {words} words: it replaces the notes below, so keep verbatim every fact, number, name, code, \
@@ -210,7 +211,7 @@ class RunMemory:
                         self.prepared = None
                     last = layout.view[self._leaving(layout) - 1].step
                     leaving = [s for s in steps if self.summary.through_step < s.step <= last]
-                    self.notify(f"summarizing {_span(leaving)} before they leave the view")
+                    self.notify(f"summarizing {_span(leaving)} before {_they(leaving)} the view")
                     self._adopt(self.make_summary(self.summary, leaving, list(steps)))
                 layout = self._layout(system, steps, next_step, alerts, advice)
             squeezed = None
@@ -290,7 +291,8 @@ class RunMemory:
         if preparing is None or (preparing.thread.is_alive() and not wait):
             return
         if preparing.thread.is_alive():
-            self.notify(f"summarizing {preparing.span} before they leave the view (waiting for the summary)")
+            they = "it leaves" if preparing.span.startswith("step ") else "they leave"
+            self.notify(f"summarizing {preparing.span} before {they} the view (waiting for the summary)")
         self.preparing = None
         summary = preparing.wait()
         if summary is not None and preparing.base == self._base():
@@ -704,6 +706,10 @@ def _first_words(text: str, counter: TokenCounter, tokens: int) -> str:
 def _ceiling(cap: int) -> int:
     """How far a summary or digest may exceed the cap its call was given before it is cut."""
     return int(cap * 1.25)
+
+
+def _they(steps: list[StepRecord]) -> str:
+    return "it leaves" if len(steps) == 1 else "they leave"
 
 
 def _span(steps: list[StepRecord]) -> str:

@@ -163,3 +163,27 @@ def test_records_keep_every_field_when_repeats_are_collapsed():
     assert collapse_repeats(text) == text  # no field moved or dropped
     log = "start\n" + "routine check, nothing to report\n" * 50 + "the gate key is ZETA-9157\n"
     assert collapse_repeats(log) == "start\nroutine check, nothing to report [×50]\nthe gate key is ZETA-9157\n"
+
+
+def test_a_json_output_shown_cut_keeps_the_records_its_step_asked_about_whole_and_says_it_was_cut_once():
+    """Found by a capable model in the loop: a day's orders as JSON, cut to fit, kept scattered lines (a `qty` here,
+    a `trace` there) and said twice that it was cut. The cut now keeps the lines that match the step's words
+    ("manifolds" finds "manifold") with their neighbours, so the record it asked about keeps its fields."""
+    import json
+
+    from memory.context import cut_around
+
+    orders = [{"order_id": f"D20-{i:03d}", "region": ["east", "west", "north"][i % 3],
+               "product": "manifold" if i == 17 else "pump", "status": "cancelled" if i % 4 == 0 else "shipped",
+               "qty": i + 1, "meta": {"trace": f"{i * 2654435761 % 2**64:016x}"}} for i in range(30)]
+    output = json.dumps({"day": 20, "orders": orders}, indent=1) + "\nday 20 printed"
+    first = cut_around(output, "the shipped manifolds of day 20", COUNTER, 900)  # the first cut, to the item cap
+    record = StepRecord(26, "day 20: look for the shipped manifolds", "execute_python",
+                        "print(open('api/day20.json').read())", first)
+    builder = ContextBuilder(COUNTER, 4000)
+    reply, observation = builder.render(record, room=350)
+    shown = observation["content"]
+    block = shown[shown.index('"order_id": "D20-017"'):]
+    assert block.index('"product": "manifold"') < block.index('"status": "shipped"') < block.index('"qty": 18')
+    assert shown.count("this output was cut") == 1
+    assert builder.message_tokens([reply, observation]) <= 350
