@@ -132,7 +132,8 @@ def condense(text: str, ask: Ask, counter: TokenCounter, target_tokens: int, *, 
         return text
     # words are asked for by this text's own words per token (numbers and code run many tokens a word), so that
     # "at most N words" is always fewer words than the text has
-    per_token = min(1.0, len(text.split()) / total)
+    # (at least 0.3 a token: a list of links or numbers measures far less, and "at most 20 words" holds no list)
+    per_token = min(1.0, max(0.3, len(text.split()) / total))
     return map_reduce(
         text, ask, counter, target_tokens=target_tokens, chunk_tokens=chunk_tokens,
         map_prompt=lambda piece, part, parts, tokens: MAP_PROMPT.format(

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .budget import Budget
-from .excerpt import excerpt
+from .excerpt import pick
 from .tokens import TokenCounter
 
 MESSAGE_OVERHEAD = 4  # tokens a chat message costs beyond its content
@@ -131,7 +131,7 @@ def cut_around(text: str, query: str, counter: TokenCounter, max_tokens: int) ->
     while len(lines) > 1 and counter.count("\n".join([lines[-1], *tail])) <= room // 4:
         tail.insert(0, lines.pop())
     tail_text = "\n".join(tail)
-    body = excerpt("\n".join(lines), query, counter, room - (counter.count(tail_text) + 1 if tail else 0))
+    body = pick("\n".join(lines), query, counter, room - (counter.count(tail_text) + 1 if tail else 0))
     if not body:
         return truncate_middle(text, counter, max_tokens)
     return f"{body}{CUT_HINT}\n{tail_text}" if tail else body + CUT_HINT  # the hint where the gap is
@@ -245,7 +245,8 @@ class ContextBuilder:
             parts.append(f"DIGEST OF YOUR NOTES OF {steps} (they outgrew their room, so the summarizer condensed "
                          f"them; notes of later steps are whole):\n{summary.notes_digest}")
         if notes:
-            parts.append("YOUR NOTES (memorize_thoughts), newest first; notes of later steps are in those steps:\n"
+            parts.append("YOUR NOTES (memorize_thoughts), newest first (where two disagree, the newer holds); notes of "
+                         "later steps are in those steps:\n"
                          + "\n".join(f"- (step {note.step}) {note.text}" for note in notes))
         return "\n\n".join(parts)
 
@@ -258,7 +259,8 @@ class ContextBuilder:
         labelled by the critic: a block of its own, never inside output), then the request for the next action."""
         parts = []
         if recalled:  # documents, pages and results of other runs: outside text, whatever its label
-            parts.append("RELEVANT MEMORIES (recalled for this step only, from earlier steps and runs):\n"
+            parts.append("RELEVANT MEMORIES (recalled for this step only, from earlier steps and runs; older than what "
+                         "is above: where they disagree with it, what is above holds):\n"
                          + fence_untrusted("recalled memories", recalled))
         if alerts.strip():
             parts.append(truncate_middle(alerts.strip(), self.counter, self.alerts_cap))
@@ -291,9 +293,9 @@ class ContextBuilder:
 
     def render(self, record: StepRecord, room: int | None = None, query: str = "", notes: bool = True) -> list[dict]:
         """A step as a reply and its observation, cut to `room` tokens when given and needed: the observation to
-        whole lines or sentences around what matters to `query` and the step's thought (by position only when it
-        has none that fit), saying how to see the rest. Its notes are always whole (unless `notes` is False: the
-        head shows them): a note the (cut) reply does not show whole follows the observation."""
+        the whole lines or sentences that matter most to `query` and the step's thought, wherever they are (by
+        position only when none fits), saying how to see the rest. Its notes are always whole (unless `notes` is
+        False: the head shows them): a note the (cut) reply does not show whole follows the observation."""
         reply, observation = self.render_step(record)
         pair = self._with_notes([reply, observation], record.notes_outside_reply() if notes else [])
         if room is None or self.message_tokens(pair) <= room:
@@ -306,9 +308,11 @@ class ContextBuilder:
         body_room = max(20, left - self.message_tokens([reply]) + MESSAGE_OVERHEAD - self.counter.count(hint))
         text = observation["content"]
         head, _, output = text.partition("\n")  # "Observation (step N):" stays whole
-        body = excerpt(output, f"{query} {record.thought} {record.arg}", self.counter,
-                       body_room - self.counter.count(head) - 1)
+        body = pick(output, f"{query} {record.thought} {record.arg}", self.counter,
+                    body_room - self.counter.count(head) - 1)
         body = f"{head}\n{body}" if body else truncate_middle(text, self.counter, body_room)
+        if hint.strip() in body:  # cut before (to --max-memory-item-tokens): the line that says so is kept, once
+            hint = ""
         return [reply, dict(observation, content=body + hint + notes_text)]
 
     def _with_notes(self, pair: list[dict], notes: list[str]) -> list[dict]:

@@ -1,8 +1,8 @@
 """Whole pieces of a memory for recall: a recalled item is shown whole when it fits, else as whole sentences around
 the one that matters most; never a head and a tail with its middle cut out.
 
-- `collapse_repeats`: a line or sentence said again (a log's routine entry, a progress line) is shown once, with
-  how many times it came;
+- `collapse_repeats`: a line or sentence said again and again in a row (a log's routine entry, a progress line) is
+  shown once, with how many times it came (a line that recurs apart, such as a JSON record's field, stays);
 - `excerpt`: the sentence that best matches the query (its words, then what is distinctive: words found in no other
   sentence and not in the prompt already, such as names and numbers), widened with its neighbours while they fit;
   "…" marks where text was left out, always between sentences;
@@ -38,28 +38,26 @@ def _sentences(line: str) -> list[str]:
 
 
 def collapse_repeats(text: str) -> str:
-    """The text with each repeated line or sentence kept once, where it first came, marked with its count."""
-    lines = text.split("\n")
-    seen: dict[str, int] = {}
-    for unit in units(text):
-        key = " ".join(unit.split())
-        if len(key) > 3:
-            seen[key] = seen.get(key, 0) + 1
-    if all(count == 1 for count in seen.values()):
+    """The text with each run of one line or sentence said again and again in a row (a log's routine entry, a
+    progress line) kept once, where it came, marked with its count. Only repeats in a row: a line that recurs
+    apart (a JSON record's `"status": "shipped",`, a table's cell) stays where it is, so every record keeps its
+    fields."""
+    units_in: list[tuple[int, str, str]] = [(number, unit, " ".join(unit.split()))
+                                            for number, line in enumerate(text.split("\n"))
+                                            for unit in _sentences(line)]
+    if not any(a[2] == b[2] and len(a[2]) > 3 for a, b in zip(units_in, units_in[1:])):
         return text
-    out_lines, shown = [], set()
-    for line in lines:
-        kept = []
-        for unit in _sentences(line):
-            key = " ".join(unit.split())
-            if len(key) <= 3 or seen.get(key, 1) == 1:
-                kept.append(unit)
-            elif key not in shown:
-                shown.add(key)
-                kept.append(f"{unit} [×{seen[key]}]")
-        if kept or not line.strip():
-            out_lines.append(" ".join(kept))
-    return "\n".join(out_lines)
+    lines: list[list[str]] = [[] for _ in text.split("\n")]
+    i = 0
+    while i < len(units_in):
+        number, unit, key = units_in[i]
+        run = 1
+        while len(key) > 3 and i + run < len(units_in) and units_in[i + run][2] == key:
+            run += 1
+        lines[number].append(f"{unit} [×{run}]" if run > 1 else unit)
+        i += run
+    blank = [not line.strip() for line in text.split("\n")]
+    return "\n".join(" ".join(kept) for kept, was_blank in zip(lines, blank) if kept or was_blank)
 
 
 def terms(text: str) -> set[str]:
@@ -162,3 +160,71 @@ def same_note(a: str, b: str) -> bool:
     if a in b or b in a:
         return True
     return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio() >= 0.6
+
+
+NEAR = 4  # lines each way that pick keeps around a line that matches, before the next match
+
+
+def pick(text: str, query: str, counter: TokenCounter, max_tokens: int) -> str:
+    """The text within max_tokens as the whole lines or sentences that matter to the query, wherever they are (a
+    program's result line and the line its step asked about may lie far apart), each widened with its neighbours
+    while room lasts (a record keeps its fields), the best matches first; then the first lines. In their order,
+    "…" where text was left out. With nothing that matches: sentences around the most distinctive one (excerpt).
+    "" when none fits."""
+    text, total = _collapsed(text, counter)
+    if total <= max_tokens:
+        return text
+    pieces, words, _ = _pieces(text)
+    wanted = {_stem(word) for word in terms(query)}
+    found = [{_stem(word) for word in piece_words} & wanted for piece_words in words]
+    spread: dict[str, int] = {}  # in how many pieces each of the query's words is: a word in every record tells
+    for stems in found:  # little about which record matters
+        for stem in stems:
+            spread[stem] = spread.get(stem, 0) + 1
+    matches = [sum(1 / spread[stem] for stem in stems) for stems in found]
+    anchors = sorted((i for i in range(len(pieces)) if matches[i]), key=lambda i: (-matches[i], i))
+    if not anchors:
+        return excerpt(text, query, counter, max_tokens)
+    chosen, gap = set(), counter.count(f"\n{GAP}")
+    used = gap  # the last gap
+
+    def take(i: int) -> bool:
+        nonlocal used
+        if i in chosen or not 0 <= i < len(pieces) or pieces[i].strip() == GAP:  # (a gap: marked where it is)
+            return False
+        size = counter.count(pieces[i]) + 1 + gap
+        if used + size > max_tokens:
+            return False
+        chosen.add(i)
+        used += size
+        return True
+
+    for i in anchors:  # the best matches first, each with a few lines around it (a record's other fields)
+        if take(i):
+            for radius in range(1, NEAR + 1):
+                take(i + radius)
+                take(i - radius)
+    for radius in range(NEAR + 1, len(pieces)):  # room left: the windows grown a line each way per round
+        grown = [take(i + radius) | take(i - radius) for i in anchors if i in chosen]
+        if not any(grown):
+            break
+    for i in range(len(pieces)):  # room left: the first lines
+        if not take(i) and used + gap >= max_tokens:
+            break
+    lines, last = [], -1
+    for i in sorted(chosen):
+        if i != last + 1:
+            lines.append(GAP)
+        lines.append(pieces[i])
+        last = i
+    if chosen and last < len(pieces) - 1:
+        lines.append(GAP)
+    return "\n".join(lines)
+
+
+def _stem(word: str) -> str:
+    """A word without its commonest English ending, so that "manifolds" finds "manifold"."""
+    for ending in ("ing", "ed", "es", "s"):
+        if word.endswith(ending) and len(word) - len(ending) >= 3 and not word.isdigit():
+            return word[:-len(ending)]
+    return word

@@ -55,7 +55,8 @@ Write the summary of steps 1-{last}, at most {words} words: what has been done, 
 why, and what remains open. Keep verbatim every fact a later step may need: numbers, names, codes, identifiers, \
 file paths, URLs, results and decisions, from the summary so far and from these steps. If the words do not suffice, \
 drop repetition and routine output first, and end with one line "Dropped: …" saying what you left out. The \
-agent's notes are kept apart, whole: do not repeat them. Reply with the summary only."""
+agent's notes are kept apart (whole, or in a digest of them): do not repeat what they say, and keep here what they \
+do not hold. Reply with the summary only."""
 
 DIGEST_PROMPT = """An autonomous agent's notes to itself outgrew their room in its memory. Condense them into one \
 digest of at most {words} words: it replaces the notes below, so keep verbatim every fact, number, name, code, \
@@ -217,7 +218,7 @@ class RunMemory:
                         self.prepared = None
                     last = layout.view[self._leaving(layout) - 1].step
                     leaving = [s for s in steps if self.summary.through_step < s.step <= last]
-                    self.notify(f"summarizing {_span(leaving)} before they leave the view")
+                    self.notify(f"summarizing {_span(leaving)} before {_they(leaving)} the view")
                     self._adopt(self.make_summary(self.summary, leaving, list(steps)))
                 layout = self._layout(system, steps, next_step, alerts, advice)
             squeezed = None
@@ -297,7 +298,8 @@ class RunMemory:
         if preparing is None or (preparing.thread.is_alive() and not wait):
             return
         if preparing.thread.is_alive():
-            self.notify(f"summarizing {preparing.span} before they leave the view (waiting for the summary)")
+            they = "it leaves" if preparing.span.startswith("step ") else "they leave"
+            self.notify(f"summarizing {preparing.span} before {they} the view (waiting for the summary)")
         self.preparing = None
         summary = preparing.wait()
         if summary is not None and preparing.base == self._base():
@@ -418,7 +420,7 @@ class RunMemory:
         """The summary with the steps folded in: as many whole steps per call as its room holds (the summarizer's
         prompt, with the summary so far, and its reply within the budget); a step too big for the room of a call is
         read in parts, each call told the one limit it has."""
-        words, counter = words_for(cap), self.summarizer_counter
+        counter = self.summarizer_counter
         queue = [(self._for_summarizer(record), record.step) for record in leaving]
         text, through = base.text, base.through_step
         while queue:
@@ -435,6 +437,8 @@ class RunMemory:
                 batch.append(queue.pop(0))
                 used += size
             first, last = batch[0][1], batch[-1][1]
+            # the limit in words, by what the summary looks like so far (or, for the first, what it reads)
+            words = self._words(cap, text if len(text.split()) >= 50 else "\n\n".join(p for p, _ in batch))
             text = ask(FOLD_PROMPT.format(objective=self.objective, so_far=self._so_far(text, through),
                                           first=first, last=last, words=words,
                                           steps=fence_untrusted("the steps", "\n\n".join(p for p, _ in batch)))).strip()
@@ -450,13 +454,14 @@ class RunMemory:
         return [f"[step {step}, part {i} of {len(parts)}]\n{part}" for i, part in enumerate(parts, start=1)]
 
     def _call_room(self, text: str, cap: int) -> int:
-        """What one summarizer call may read of the steps, given the summary so far and the reply's cap: the
-        call, prompt and reply, within the budget."""
+        """What one summarizer call may read of the steps, given the summary so far: the call's prompt within the
+        budget, as an agent call's is. Its reply (at most the cap: `words_for(cap)` words) is apart, as an agent's
+        reply is apart from the agent's prompt; the cap is at most 30 % of the budget, within any reply limit."""
         if self._skeleton is None:
             self._skeleton = self.summarizer_counter.count(FOLD_PROMPT.format(
                 objective=self.objective, so_far=self._so_far("", 1), first=0, last=0,
                 steps=fence_untrusted("the steps", ""), words=words_for(cap)))
-        return self.builder.max_tokens - self._skeleton - self.summarizer_counter.count(text) - cap
+        return self.builder.max_tokens - self._skeleton - self.summarizer_counter.count(text)
 
     @staticmethod
     def _so_far(text: str, through: int) -> str:
@@ -491,23 +496,38 @@ class RunMemory:
         listed = "\n".join(f"- (step {note.step}) {note.text}" for note in older)
         if base.notes_digest:
             listed = f"The digest so far (notes of steps 1-{base.notes_through}):\n{base.notes_digest}\n\n" + listed
-        cap = self.builder.notes_cap - int(room)
-        digest = ask(DIGEST_PROMPT.format(words=words_for(cap), notes=listed)).strip()
+        # the digest has the share but what the notes kept whole take (at least what NOTES_KEEP leaves it)
+        whole = self.builder.notes_tokens([note for note in notes if keep_from is not None and note.step >= keep_from])
+        cap = self.builder.notes_cap - min(int(room), whole)
+        digest = ask(DIGEST_PROMPT.format(words=self._words(cap, listed), notes=listed)).strip()
         return self._within(digest, cap), through
+
+    def _words(self, cap: int, sample: str) -> int:
+        """The words to ask for so that a text like `sample` comes within `cap` tokens: by the sample's own words
+        per token (a list of names and numbers runs ~2.5 tokens a word, prose ~1.3), so that the one limit the
+        summarizer is told is the one its text is held to."""
+        tokens = self.summarizer_counter.count(sample)
+        per_token = min(0.77, max(0.3, len(sample.split()) / tokens)) if tokens else 0.77
+        return words_for(cap, per_token)
 
     def _within(self, text: str, cap: int) -> str:
         """A text the summarizer made, held to the ceiling of its cap (no second call: the one limit it was told
-        is the cap, and some overshoot is let through): whole lines or sentences up to the ceiling if it is over."""
+        is the cap, and some overshoot is let through). Over it: whole lines or sentences up to the ceiling, the
+        next one cut at a word if none fits whole (never nothing), and a line saying the rest was cut."""
         ceiling = _ceiling(cap)
         if self.counter.count(text) <= ceiling:
             return text
-        kept, used = [], self.counter.count(f" {GAP}")
+        kept, used = [], self.counter.count(CUT_NOTE) + 1
         for piece in units(text):
-            used += self.counter.count(piece) + 1
-            if used > ceiling:
+            size = self.counter.count(piece) + 1
+            if used + size > ceiling:
+                if not kept or ceiling - used > ceiling // 4:  # room for a good part of it: its first words
+                    part = _first_words(piece, self.counter, ceiling - used)
+                    kept += [part] if part else []
                 break
             kept.append(piece)
-        return "\n".join(kept) + f" {GAP}"
+            used += size
+        return "\n".join(kept) + CUT_NOTE
 
     # --- recall from the vector store -------------------------------------------------------------------------
     def _recall(self, steps: list[StepRecord], room: int, shown: str) -> list[Recalled]:
@@ -740,9 +760,29 @@ class RunMemory:
                           workdir=self.workdir)
 
 
+CUT_NOTE = f" {GAP}\n[the rest was cut: it was longer than its limit]"
+
+
+def _first_words(text: str, counter: TokenCounter, tokens: int) -> str:
+    """As many of the text's first words as `tokens` holds."""
+    words = text.split(" ")
+    low, high = 0, len(words)
+    while low < high:  # the most words that fit
+        middle = (low + high + 1) // 2
+        if counter.count(" ".join(words[:middle])) <= tokens:
+            low = middle
+        else:
+            high = middle - 1
+    return " ".join(words[:low])
+
+
 def _ceiling(cap: int) -> int:
     """How far a summary or digest may exceed the cap its call was given before it is cut."""
     return int(cap * 1.25)
+
+
+def _they(steps: list[StepRecord]) -> str:
+    return "it leaves" if len(steps) == 1 else "they leave"
 
 
 def _span(steps: list[StepRecord]) -> str:

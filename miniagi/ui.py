@@ -251,6 +251,9 @@ class Terminal:
             self.warn(f"loop: {event.kind}, {event.repeats} times")
         elif isinstance(event, ev.ModelCall):
             self.debug_raw(event)
+        elif isinstance(event, ev.SummaryFolded):  # steps left the view: say what covers them now
+            digest = f"; notes of steps 1-{event.notes_through} in a digest" if event.notes_through else ""
+            self.progress(f"memory: the summary now covers steps 1-{event.through_step}{digest}")
 
     def observation(self, text: str) -> None:
         """The step's observation, in brief; the lines of output already shown as the code printed them are not

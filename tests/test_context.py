@@ -131,3 +131,59 @@ def test_the_run_module_does_not_import_the_agent():
     code = "import sys, miniagi.run; print('miniagi.agent' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_a_step_shown_cut_keeps_every_line_its_step_asked_about_wherever_they_lie():
+    """Found by a capable model in the loop: a step printed its result (`V18 = 34`) and then a note whose middle line
+    said what to do next; shown cut to fit, it kept the note's line and its neighbours, and lost the result at its
+    top. The cut keeps the lines that matter wherever they are, with "…" where lines were left out."""
+    filler = [f"{100000 + 7919 * i} cedar-{i} 0.{i:05d} hazel sable maple basil status=ok seq={i}" for i in range(40)]
+    output = "\n".join(["V18 = 34", *filler[:20], "Note 19 of 30. Compute V19 = |V11 - 10|.", *filler[20:]])
+    record = StepRecord(19, "Note 18 says V18 = (V1 times 2) mod 1000, so V18 = 34; then read note 19",
+                        "execute_python", "print('V18 =', V18); print(open('notes/note19.txt').read())", output)
+    builder = ContextBuilder(COUNTER, 3000)
+    reply, observation = builder.render(record, room=300)
+    shown = observation["content"]
+    assert "V18 = 34" in shown and "Note 19 of 30. Compute V19 = |V11 - 10|." in shown
+    assert "…" in shown and "print a part of it" in shown
+    assert builder.message_tokens([reply, observation]) <= 300
+
+
+def test_records_keep_every_field_when_repeats_are_collapsed():
+    """Found by a capable model in the loop: repeats were collapsed wherever they came, so in a day's orders as JSON
+    every record after the first lost its `"status": "shipped",` line (shown once, far above, with a count), and a
+    cancelled manifold read as shipped. Only repeats in a row are collapsed now."""
+    import json
+
+    from memory.excerpt import collapse_repeats
+
+    orders = [{"order_id": f"D20-{i:03d}", "product": "manifold" if i == 9 else "pump",
+               "status": "cancelled" if i == 9 else "shipped", "qty": i} for i in range(10)]
+    text = json.dumps(orders, indent=1)
+    assert collapse_repeats(text) == text  # no field moved or dropped
+    log = "start\n" + "routine check, nothing to report\n" * 50 + "the gate key is ZETA-9157\n"
+    assert collapse_repeats(log) == "start\nroutine check, nothing to report [×50]\nthe gate key is ZETA-9157\n"
+
+
+def test_a_json_output_shown_cut_keeps_the_records_its_step_asked_about_whole_and_says_it_was_cut_once():
+    """Found by a capable model in the loop: a day's orders as JSON, cut to fit, kept scattered lines (a `qty` here,
+    a `trace` there) and said twice that it was cut. The cut now keeps the lines that match the step's words
+    ("manifolds" finds "manifold") with their neighbours, so the record it asked about keeps its fields."""
+    import json
+
+    from memory.context import cut_around
+
+    orders = [{"order_id": f"D20-{i:03d}", "region": ["east", "west", "north"][i % 3],
+               "product": "manifold" if i == 17 else "pump", "status": "cancelled" if i % 4 == 0 else "shipped",
+               "qty": i + 1, "meta": {"trace": f"{i * 2654435761 % 2**64:016x}"}} for i in range(30)]
+    output = json.dumps({"day": 20, "orders": orders}, indent=1) + "\nday 20 printed"
+    first = cut_around(output, "the shipped manifolds of day 20", COUNTER, 900)  # the first cut, to the item cap
+    record = StepRecord(26, "day 20: look for the shipped manifolds", "execute_python",
+                        "print(open('api/day20.json').read())", first)
+    builder = ContextBuilder(COUNTER, 4000)
+    reply, observation = builder.render(record, room=350)
+    shown = observation["content"]
+    block = shown[shown.index('"order_id": "D20-017"'):]
+    assert block.index('"product": "manifold"') < block.index('"status": "shipped"') < block.index('"qty": 18')
+    assert shown.count("this output was cut") == 1
+    assert builder.message_tokens([reply, observation]) <= 350

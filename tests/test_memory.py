@@ -388,3 +388,17 @@ def test_a_search_merges_pending_items_with_stored_ones_at_the_stores_own_distan
     assert [hit.id for hit in after] == [hit.id for hit in before]
     assert all(abs(x.distance - y.distance) < 1e-4 and x.text == y.text and x.metadata == y.metadata
                for x, y in zip(before, after))
+
+
+def test_the_terminal_says_when_steps_leave_the_view_for_the_summary(cli, llm):
+    """Found by a capable model in the loop: nothing on the terminal showed the memory at work. When steps leave the
+    view, a line says what covers them now."""
+    llm.responder = lambda request: ("The agent printed long reports of rows." if request["model"] == "summarizer-model"
+                                     else None)
+    code = "for i in range(60):\n    print(f'report {n}, row {{i}}: the pump at bay {{i}} runs at {{4000 + i}} rpm')"
+    llm.add(*[act("execute_python", code.format(n=n), f"read report {n}") for n in range(1, 9)], act("done", "read"))
+    proc = cli("-y", "--max-context-tokens", "2500", "--summarizer-model", "summarizer-model", "Read the reports")
+    assert proc.returncode == 0, proc.stderr
+    summaries = [r for r in llm.requests if r["model"] == "summarizer-model"]
+    assert summaries  # steps left the view
+    assert "memory: the summary now covers steps 1-" in proc.stdout + proc.stderr

@@ -191,7 +191,7 @@ def shaped_output(step: int, shape: str, size: int, place: str, rng: random.Rand
     """An output of about `size` tokens with the step's fact at `place`: on a line of its own (in JSON, a string
     value; in a traceback, the error) or, for "inline", inside one long line with no line break at all."""
     units, taken = [], 0
-    for unit in shaped_units(shape, step, 1000, rng):
+    for unit in shaped_units(shape, step, max(1000, size), rng):
         if taken >= size:
             break
         units.append(unit)
@@ -264,7 +264,7 @@ def test_a_step_too_big_for_one_summarizer_call_reaches_it_whole_in_overlapping_
     rng, prompts = random.Random(7), []
     budget = 2000
     memory = shaped_memory(budget, prompts)
-    steps = [shaped_step(n, "inline", 1400, "anywhere", 0, rng) for n in range(1, 5)]
+    steps = [shaped_step(n, "inline", 2400, "anywhere", 0, rng) for n in range(1, 5)]
     for number in range(1, 6):
         context, _ = memory.context(system=SYSTEM, steps=steps[:number - 1], next_step=number)
         check(context.messages, steps[:number - 1], memory, budget, shaped_fact)
@@ -333,3 +333,66 @@ def test_no_summarizer_call_starts_once_the_run_has_ended():
     for thread in [t for t in threading.enumerate() if t.name == "summary"]:
         thread.join(10)
     assert len(prompts) == 1
+
+
+def told_words(prompt: str) -> int:
+    return int(re.search(r"at most (\d+) words", prompt).group(1))
+
+
+def value_notes_memory(ask) -> tuple[RunMemory, list[StepRecord]]:
+    """A run whose notes are lists of values (names and numbers run ~2.5 tokens a word), one every other step."""
+    memory = RunMemory(builder=ContextBuilder(COUNTER, 3000), summarizer_counter=COUNTER, ask_summarizer=ask,
+                       store=None, scope="run", run_id="r", objective="Compute the values the notes ask for")
+    steps = []
+    for n in range(1, 41):
+        if n % 2:
+            steps.append(make_step(n, 300, 0.5, 0))
+        else:
+            text = ", ".join(f"V{n * 10 + i} = {(n * 37 + i * 11) % 1000}" for i in range(6)) + f". Next: {n + 1}"
+            steps.append(StepRecord(n, "keep the values", "memorize_thoughts", text, "Noted.", notes=(text,)))
+    return memory, steps
+
+
+def test_a_digest_of_values_within_the_words_it_was_told_is_kept_whole():
+    """Found by a capable model playing the summarizer: a list of values runs ~2.5 tokens a word, so a digest within
+    the words it was told came to twice the tokens its cap allowed, and was cut to " …". The words told now follow
+    what is digested, and a digest that keeps to them is shown whole."""
+    digests = []
+
+    def ask(prompt):
+        if "notes to itself" not in prompt:
+            return faithful(prompt)
+        values = re.findall(r"V\d+ = \d+", prompt)
+        words = told_words(prompt)
+        text = "; ".join(values)
+        while len(text.split()) > words:  # a model that keeps to the limit: the newest values that fit it
+            values = values[1:]
+            text = "; ".join(values)
+        digests.append(text)
+        return text
+
+    memory, steps = value_notes_memory(ask)
+    for number in range(1, len(steps) + 2):
+        context, _ = memory.context(system=SYSTEM, steps=steps[:number - 1], next_step=number)
+        assert prompt_tokens(context.messages) <= 3000
+    assert digests and memory.summary.notes_digest == digests[-1]  # whole: not cut
+    head = context.messages[1]["content"]
+    assert digests[-1] in head and "the rest was cut" not in head
+
+
+def test_a_digest_over_its_limit_in_one_sentence_keeps_its_start_and_says_the_rest_was_cut():
+    """A summarizer that ignores the limit with one long sentence: what fits is kept (never nothing), and the head
+    says the rest was cut."""
+    def ask(prompt):
+        if "notes to itself" not in prompt:
+            return faithful(prompt)
+        return "Values: " + "; ".join(f"V{i} = {i * 7}" for i in range(1, 400)) + "."
+
+    memory, steps = value_notes_memory(ask)
+    for number in range(1, len(steps) + 2):
+        context, _ = memory.context(system=SYSTEM, steps=steps[:number - 1], next_step=number)
+        assert prompt_tokens(context.messages) <= 3000
+    digest = memory.summary.notes_digest
+    assert digest.startswith("Values: V1 = 7; V2 = 14")
+    assert digest.endswith("[the rest was cut: it was longer than its limit]")
+    assert "V399" not in digest
