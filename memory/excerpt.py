@@ -162,15 +162,12 @@ def same_note(a: str, b: str) -> bool:
     return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio() >= 0.6
 
 
-NEAR = 4  # lines each way that pick keeps around a line that matches, before the next match
-
-
 def pick(text: str, query: str, counter: TokenCounter, max_tokens: int) -> str:
     """The text within max_tokens as the whole lines or sentences that matter to the query, wherever they are (a
-    program's result line and the line its step asked about may lie far apart), each widened with its neighbours
-    while room lasts (a record keeps its fields), the best matches first; then the first lines. In their order,
-    "…" where text was left out. With nothing that matches: sentences around the most distinctive one (excerpt).
-    "" when none fits."""
+    program's result line and the line its step asked about may lie far apart): the rarest matches first, then
+    each widened with its neighbours while room lasts (a record keeps its fields); then the first lines. In their
+    order, "… (N lines not shown)" where lines were left out. With nothing that matches: sentences around the
+    most distinctive one (excerpt). "" when none fits."""
     text, total = _collapsed(text, counter)
     if total <= max_tokens:
         return text
@@ -182,15 +179,17 @@ def pick(text: str, query: str, counter: TokenCounter, max_tokens: int) -> str:
         for stem in stems:
             spread[stem] = spread.get(stem, 0) + 1
     matches = [sum(1 / spread[stem] for stem in stems) for stems in found]
-    anchors = sorted((i for i in range(len(pieces)) if matches[i]), key=lambda i: (-matches[i], i))
+    best = max(matches)  # a match far weaker than the best (a word in most records) is no anchor of its own
+    anchors = sorted((i for i in range(len(pieces)) if matches[i] and matches[i] >= best / 4),
+                     key=lambda i: (-matches[i], i))
     if not anchors:
         return excerpt(text, query, counter, max_tokens)
-    chosen, gap = set(), counter.count(f"\n{GAP}")
+    chosen, gap = set(), counter.count(f"\n{_left_out(1000)}")
     used = gap  # the last gap
 
     def take(i: int) -> bool:
         nonlocal used
-        if i in chosen or not 0 <= i < len(pieces) or pieces[i].strip() == GAP:  # (a gap: marked where it is)
+        if i in chosen or not 0 <= i < len(pieces) or _is_gap(pieces[i]):  # (an earlier cut's gap: marked anew)
             return False
         size = counter.count(pieces[i]) + 1 + gap
         if used + size > max_tokens:
@@ -199,12 +198,10 @@ def pick(text: str, query: str, counter: TokenCounter, max_tokens: int) -> str:
         used += size
         return True
 
-    for i in anchors:  # the best matches first, each with a few lines around it (a record's other fields)
-        if take(i):
-            for radius in range(1, NEAR + 1):
-                take(i + radius)
-                take(i - radius)
-    for radius in range(NEAR + 1, len(pieces)):  # room left: the windows grown a line each way per round
+    for i in anchors:  # the best matches first
+        take(i)
+    for radius in range(1, len(pieces)):  # then lines around each (a record's other fields), a line each way per
+        # round, so that every match keeps its nearest lines before any keeps more
         grown = [take(i + radius) | take(i - radius) for i in anchors if i in chosen]
         if not any(grown):
             break
@@ -214,12 +211,21 @@ def pick(text: str, query: str, counter: TokenCounter, max_tokens: int) -> str:
     lines, last = [], -1
     for i in sorted(chosen):
         if i != last + 1:
-            lines.append(GAP)
+            lines.append(_left_out(i - last - 1))
         lines.append(pieces[i])
         last = i
     if chosen and last < len(pieces) - 1:
-        lines.append(GAP)
+        lines.append(_left_out(len(pieces) - 1 - last))
     return "\n".join(lines)
+
+
+def _is_gap(piece: str) -> bool:
+    piece = piece.strip()
+    return piece == GAP or (piece.startswith(f"{GAP} (") and piece.endswith(" not shown)"))
+
+
+def _left_out(count: int) -> str:
+    return f"{GAP} ({count} {'line' if count == 1 else 'lines'} not shown)"
 
 
 def _stem(word: str) -> str:

@@ -185,5 +185,5 @@ def test_a_json_output_shown_cut_keeps_the_records_its_step_asked_about_whole_an
     shown = observation["content"]
     block = shown[shown.index('"order_id": "D20-017"'):]
     assert block.index('"product": "manifold"') < block.index('"status": "shipped"') < block.index('"qty": 18')
-    assert shown.count("this output was cut") == 1
+    assert shown.count("this output was cut") == 1 and "lines not shown)" in shown  # what was left out, where
     assert builder.message_tokens([reply, observation]) <= 350
