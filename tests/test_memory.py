@@ -386,8 +386,11 @@ def test_a_search_merges_pending_items_with_stored_ones_at_the_stores_own_distan
     store.flush()
     after = store.search_by(query, 3)
     assert [hit.id for hit in after] == [hit.id for hit in before]
-    assert all(abs(x.distance - y.distance) < 1e-4 and x.text == y.text and x.metadata == y.metadata
-               for x, y in zip(before, after))
+    # (within 5e-3: the int8 embedder quantizes each batch as a whole, so a text embedded beside other texts can
+    # come out a little different; a flaky run in a clean clone's CI showed it)
+    assert all(abs(x.distance - y.distance) < 5e-3 and x.text == y.text and x.metadata == y.metadata
+               for x, y in zip(before, after)), [(x.id, x.distance, y.distance, x.metadata, y.metadata)
+                                                 for x, y in zip(before, after)]
 
 
 def test_the_terminal_says_when_steps_leave_the_view_for_the_summary(cli, llm):
