@@ -42,12 +42,12 @@ def collapse_repeats(text: str) -> str:
     progress line) kept once, where it came, marked with its count. Only repeats in a row: a line that recurs
     apart (a JSON record's `"status": "shipped",`, a table's cell) stays where it is, so every record keeps its
     fields."""
+    lines_in = text.split("\n")
     units_in: list[tuple[int, str, str]] = [(number, unit, " ".join(unit.split()))
-                                            for number, line in enumerate(text.split("\n"))
-                                            for unit in _sentences(line)]
+                                            for number, line in enumerate(lines_in) for unit in _sentences(line)]
     if not any(a[2] == b[2] and len(a[2]) > 3 for a, b in zip(units_in, units_in[1:])):
         return text
-    lines: list[list[str]] = [[] for _ in text.split("\n")]
+    lines: list[list[str]] = [[] for _ in lines_in]
     i = 0
     while i < len(units_in):
         number, unit, key = units_in[i]
@@ -56,8 +56,7 @@ def collapse_repeats(text: str) -> str:
             run += 1
         lines[number].append(f"{unit} [×{run}]" if run > 1 else unit)
         i += run
-    blank = [not line.strip() for line in text.split("\n")]
-    return "\n".join(" ".join(kept) for kept, was_blank in zip(lines, blank) if kept or was_blank)
+    return "\n".join(" ".join(kept) for kept, line in zip(lines, lines_in) if kept or not line.strip())
 
 
 def terms(text: str) -> set[str]:
@@ -191,7 +190,7 @@ def pick(text: str, query: str, counter: TokenCounter, max_tokens: int) -> str:
         nonlocal used
         if i in chosen or not 0 <= i < len(pieces) or _is_gap(pieces[i]):  # (an earlier cut's gap: marked anew)
             return False
-        size = counter.count(pieces[i]) + 1 + gap
+        size = _piece_tokens(pieces[i], counter) + gap
         if used + size > max_tokens:
             return False
         chosen.add(i)

@@ -218,7 +218,7 @@ class RunMemory:
                         self.prepared = None
                     last = layout.view[self._leaving(layout) - 1].step
                     leaving = [s for s in steps if self.summary.through_step < s.step <= last]
-                    self.notify(f"summarizing {_span(leaving)} before {_they(leaving)} the view")
+                    self.notify(f"summarizing {_span(leaving)} before {_they(_span(leaving))} the view")
                     self._adopt(self.make_summary(self.summary, leaving, list(steps)))
                 layout = self._layout(system, steps, next_step, alerts, advice)
             squeezed = None
@@ -299,8 +299,8 @@ class RunMemory:
         if preparing is None or (preparing.thread.is_alive() and not wait):
             return
         if preparing.thread.is_alive():
-            they = "it leaves" if preparing.span.startswith("step ") else "they leave"
-            self.notify(f"summarizing {preparing.span} before {they} the view (waiting for the summary)")
+            self.notify(f"summarizing {preparing.span} before {_they(preparing.span)} the view (waiting for the "
+                        "summary)")
         self.preparing = None
         summary = preparing.wait()
         if summary is not None and preparing.base == self._base():
@@ -522,9 +522,8 @@ class RunMemory:
         for piece in units(text):
             size = self.counter.count(piece) + 1
             if used + size > ceiling:
-                if not kept or ceiling - used > ceiling // 4:  # room for a good part of it: its first words
-                    part = _first_words(piece, self.counter, ceiling - used)
-                    kept += [part] if part else []
+                if ceiling > used and (not kept or ceiling - used > ceiling // 4):  # room for its first words
+                    kept += split_by_tokens(piece, self.counter, ceiling - used)[:1]
                 break
             kept.append(piece)
             used += size
@@ -696,8 +695,9 @@ class RunMemory:
             near = None
         return vector, near, objective
 
-    def _item_in_view(self, item: MemoryItem, through: int | None = None, notes_through: int | None = None) -> bool:
-        """Whether recall would drop this item as shown already (see _in_view), by the view given or the current."""
+    def _item_in_view(self, item: MemoryItem | Hit, through: int | None = None,
+                      notes_through: int | None = None) -> bool:
+        """Whether an item (stored or found) is shown already, by the view given or the current one."""
         if item.run != self.run_id or item.kind == "document":
             return False
         through = self.summary.through_step if through is None else through
@@ -708,10 +708,7 @@ class RunMemory:
     def _in_view(self, hit: Hit) -> bool:
         """This run's objective, its steps in view and its notes (whole in the head or in their steps) are in the
         prompt already."""
-        if hit.run != self.run_id or hit.kind == "document":
-            return False
-        return (hit.kind == "objective" or hit.step > self.summary.through_step
-                or (hit.kind == "note" and hit.step > self.summary.notes_through))
+        return self._item_in_view(hit)
 
     def _label(self, hit: Hit) -> str:
         where = "this run" if hit.run == self.run_id else f"run {hit.run}"
@@ -764,26 +761,14 @@ class RunMemory:
 CUT_NOTE = f" {GAP}\n[the rest was cut: it was longer than its limit]"
 
 
-def _first_words(text: str, counter: TokenCounter, tokens: int) -> str:
-    """As many of the text's first words as `tokens` holds."""
-    words = text.split(" ")
-    low, high = 0, len(words)
-    while low < high:  # the most words that fit
-        middle = (low + high + 1) // 2
-        if counter.count(" ".join(words[:middle])) <= tokens:
-            low = middle
-        else:
-            high = middle - 1
-    return " ".join(words[:low])
-
-
 def _ceiling(cap: int) -> int:
     """How far a summary or digest may exceed the cap its call was given before it is cut."""
     return int(cap * 1.25)
 
 
-def _they(steps: list[StepRecord]) -> str:
-    return "it leaves" if len(steps) == 1 else "they leave"
+def _they(span: str) -> str:
+    """The verb for a span as _span names it."""
+    return "it leaves" if span.startswith("step ") else "they leave"
 
 
 def _span(steps: list[StepRecord]) -> str:

@@ -345,7 +345,7 @@ class VectorMemory:
     def _store(self, items: list[MemoryItem], known: list) -> int:
         """Embed what has no vector yet, in one batch, and write everything in as few calls as chromadb allows."""
         try:
-            return self._put(self._prepare(list(zip(items, known))))
+            return self._write(items, known)
         finally:
             with self._pending_lock:
                 for item in items:
