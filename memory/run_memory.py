@@ -224,8 +224,8 @@ class RunMemory:
             squeezed = None
             if layout.view and self._needed(layout) > limit:  # the newest step alone is too big: it is cut to
                 squeezed = layout.view[-1]  # fit, so a summary made from it, whole, is in the prompt first
-                self._cover(steps, squeezed.step, f"read whole, as step {squeezed.step} is too big for the context "
-                            "and is shown to the model cut")
+                self._cover(steps, squeezed.step, "read whole, as it is too big for the context and is shown to the "
+                            "model cut")
                 layout = self._layout(system, steps, next_step, alerts, advice)
             else:
                 self._prepare(layout, steps)
