@@ -39,23 +39,27 @@ ALLOWED_ENV = frozenset({
 })
 ALLOWED_ENV_PREFIXES = ("LC_",)
 
+# Each pattern begins with its literal (the regex engine then jumps from one occurrence of it to the next, ~50 times
+# faster than trying every position), and says after it that no word character comes before: the same matches as
+# `\b` in front (a look-behind that repeats the literal).
 SHAPES: tuple[re.Pattern, ...] = tuple(re.compile(p) for p in (
     r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)",
-    r"\bsk-(?:proj-|ant-|or-)?[A-Za-z0-9_\-]{16,}",  # OpenAI, Anthropic, OpenRouter
-    r"\b[rs]k_(?:live|test)_[A-Za-z0-9]{8,}",  # Stripe
-    r"\bgh[pousr]_[A-Za-z0-9]{20,}",  # GitHub
-    r"\bgithub_pat_[A-Za-z0-9_]{20,}",
-    r"\bxox[abposre]-[A-Za-z0-9-]{10,}",  # Slack
-    r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",  # AWS access key id
-    r"\bAIza[0-9A-Za-z_\-]{30,}",  # Google API key
-    r"\bhf_[A-Za-z0-9]{30,}",  # Hugging Face
-    r"\bglpat-[A-Za-z0-9_\-]{20,}",  # GitLab
-    r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",  # JWT
+    r"sk(?<!\wsk)-(?:proj-|ant-|or-)?[A-Za-z0-9_\-]{16,}",  # OpenAI, Anthropic, OpenRouter
+    r"[rs](?<!\w[rs])k_(?:live|test)_[A-Za-z0-9]{8,}",  # Stripe
+    r"gh(?<!\wgh)[pousr]_[A-Za-z0-9]{20,}",  # GitHub
+    r"github_pat_(?<!\wgithub_pat_)[A-Za-z0-9_]{20,}",
+    r"xox(?<!\wxox)[abposre]-[A-Za-z0-9-]{10,}",  # Slack
+    r"A(?<!\wA)(?:KIA|SIA)[0-9A-Z]{16}\b",  # AWS access key id
+    r"AIza(?<!\wAIza)[0-9A-Za-z_\-]{30,}",  # Google API key
+    r"hf_(?<!\whf_)[A-Za-z0-9]{30,}",  # Hugging Face
+    r"glpat-(?<!\wglpat-)[A-Za-z0-9_\-]{20,}",  # GitLab
+    r"eyJ(?<![A-Za-z0-9_-]eyJ)[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",  # JWT
     r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9/_\-]+",
     r"https://(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks/[0-9]+/[A-Za-z0-9_\-]+",
     r"https://[a-z0-9.-]*webhook\.office\.com/[^\s\"'<>]+",
     r"(?i)(?<=\bbearer )[A-Za-z0-9._~+/\-]{16,}=*",
 ))
+BEARER = SHAPES[-1]  # the one shape with no literal to begin with: looked for only in a text that says "bearer "
 # Every pattern is linear in the text's length: a pattern whose first part repeats a character class starts only
 # where a run of that class starts (the look-behind), never inside it, or `a.a.a…` would be scanned once per letter.
 # a password inside a URL: scheme://user:PASSWORD@host
@@ -64,6 +68,9 @@ URL_PASSWORD = re.compile(r"(?<![a-zA-Z0-9+.\-])([a-zA-Z0-9+.\-]+://[^\s:/@\"'<>
 ASSIGNMENT = re.compile(
     r"(?<![A-Za-z0-9_.\-])(?P<name>[A-Za-z0-9_.\-]+)(?P<quote1>[\"']?)(?P<sep>\s*[=:]\s*)(?P<quote>[\"']?)"
     r"(?P<value>[^\s\"',;{}()\[\]<>\x00]{4,})")
+# every name is_secret_name accepts holds one of these (any case): a text without them has no secret assignment
+_NAME_MARKS = ("key", "token", "secret", "pass", "pwd", "credential", "auth", "cookie", "private", "webhook", "dsn",
+               "signature")
 
 
 def is_secret_name(name: str) -> bool:
@@ -129,11 +136,16 @@ class Redactor:
         if not text:
             return text
         # a URL's password first: a URL holding one then still reads as a URL (http://bob:[REDACTED]@host)
-        text = URL_PASSWORD.sub(lambda m: m.group(1) + REDACTED + m.group(3), text)
+        if "://" in text and "@" in text:
+            text = URL_PASSWORD.sub(lambda m: m.group(1) + REDACTED + m.group(3), text)
         if self._literal is not None:
             text = self._literal.sub(REDACTED, text)
+        lower = text.lower()  # (the patterns that cannot match a text are not run: most texts hold no secret)
         for shape in SHAPES:
-            text = shape.sub(REDACTED, text)
+            if shape is not BEARER or "bearer " in lower:
+                text = shape.sub(REDACTED, text)
+        if not any(mark in lower for mark in _NAME_MARKS):
+            return text
         return ASSIGNMENT.sub(self._assignment, text)
 
     @staticmethod

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import base64
 import codecs
+import re
 import time
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from miniagi.redaction import Redactor, child_environment, is_secret_name, redact_data, without_credentials
+from miniagi.redaction import (ASSIGNMENT, REDACTED, URL_PASSWORD, Redactor, child_environment, is_secret_name,
+                               redact_data, without_credentials)
 
 ENVIRONMENT = {
     "PATH": "/usr/bin", "LANG": "C.UTF-8", "LC_ALL": "C", "TZ": "UTC", "HOME": "/root", "PWD": "/work",
@@ -131,3 +133,56 @@ def test_fuzzed_text_around_a_secret_never_lets_it_through(pieces, where):
     redact = Redactor(ENVIRONMENT)
     cleaned = redact(text[:where] + secret + text[where:])
     assert secret not in cleaned and "Pw0rd-xyz" not in redact(text + ENVIRONMENT["DATABASE_URL"])
+
+
+# The shapes as first written, with `\b` in front: the gate's patterns begin with their literal instead (the engine
+# jumps between its occurrences) and say after it that no word character comes before. They must match alike.
+_SHAPES_WITH_B = tuple(re.compile(p) for p in (
+    r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)",
+    r"\bsk-(?:proj-|ant-|or-)?[A-Za-z0-9_\-]{16,}",
+    r"\b[rs]k_(?:live|test)_[A-Za-z0-9]{8,}",
+    r"\bgh[pousr]_[A-Za-z0-9]{20,}",
+    r"\bgithub_pat_[A-Za-z0-9_]{20,}",
+    r"\bxox[abposre]-[A-Za-z0-9-]{10,}",
+    r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
+    r"\bAIza[0-9A-Za-z_\-]{30,}",
+    r"\bhf_[A-Za-z0-9]{30,}",
+    r"\bglpat-[A-Za-z0-9_\-]{20,}",
+    r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",
+    r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9/_\-]+",
+    r"https://(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks/[0-9]+/[A-Za-z0-9_\-]+",
+    r"https://[a-z0-9.-]*webhook\.office\.com/[^\s\"'<>]+",
+    r"(?i)(?<=\bbearer )[A-Za-z0-9._~+/\-]{16,}=*",
+))
+
+
+def _every_pattern(redactor: Redactor, text: str) -> str:
+    """The gate with every pattern run on every text, and the shapes as first written: what the gate must equal."""
+    text = URL_PASSWORD.sub(lambda m: m.group(1) + REDACTED + m.group(3), text)
+    if redactor._literal is not None:
+        text = redactor._literal.sub(REDACTED, text)
+    for shape in _SHAPES_WITH_B:
+        text = shape.sub(REDACTED, text)
+    return ASSIGNMENT.sub(redactor._assignment, text)
+
+
+# text made of what secrets and their look-alikes are made of, each piece after what may stand before it
+_BEFORE = st.sampled_from(["", " ", "\n", "a", "Z", "7", "_", "-", ".", "/", "é", "ß", "\u212a", "\"", "'", "=", ": ",
+                           "://", "@", "[REDACTED]"])
+_MARKER = st.sampled_from([
+    "sk-", "sk-proj-", "rk_live_", "sk_test_", "ghp_", "gho_", "github_pat_", "xoxb-", "AKIA", "ASIA", "AIza", "hf_",
+    "glpat-", "eyJ", ".eyJ", "Bearer ", "bearer ", "BEARER ", "https://", "https://hooks.slack.com/services/",
+    "https://discord.com/api/webhooks/123/", "https://x.webhook.office.com/", "-----BEGIN RSA PRIVATE KEY-----",
+    "-----END RSA PRIVATE KEY-----", "u:", "https://u:", "db+x://:", "DB_PWD", "API_KEY", "token", "Pass", "my.secret", "auth", "dsn", "sk", "gh", "A",
+    "value", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.c2lnbmF0dXJlLWhlcmU", ""])
+_BODY = st.sampled_from(["", "ABCDEFGHIJKLMNOP", "abcdefghijklmnopqrstuvwxyz0123", "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789",
+                         "0123456789", "x", "=", ": ", "=\"", "@host", "pw-12345@host", " ", "é"])
+_SEGMENTS = st.lists(st.tuples(_BEFORE, _MARKER, _BODY).map("".join), max_size=12)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(_SEGMENTS)
+def test_the_fast_gate_redacts_exactly_what_every_pattern_run_everywhere_does(segments):
+    redactor = Redactor(ENVIRONMENT)
+    text = "".join(segments)
+    assert redactor(text) == _every_pattern(redactor, text)
