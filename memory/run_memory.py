@@ -38,6 +38,7 @@ RECALL_CANDIDATES = 8
 RECALL_ITEM_TOKENS = 200  # at most, for one recalled memory
 MIN_ITEM_TOKENS = 30  # less is no use
 OBJECTIVE_REFRESH = 8  # steps between lookups of what is near the objective
+QUERY_ARG_CHARS = 80  # of a command's argument, in what recall asks about a step (not for code)
 LOOKUP_IDLE_S = 10.0  # the lookup thread (recall's prefetch) ends after this long without work
 FILL = 0.8  # of what one summarizer call reads: steps pending that start a summary in the background
 PART_OVERLAP = 100  # tokens: a step too big for one summarizer call is read in parts that overlap by this much
@@ -117,8 +118,9 @@ class Preparation:
     """A summary made in a thread of its own, from `base`, while the steps it covers are still in view. Cancelled
     (at the run's end), it makes no further model call."""
 
-    def __init__(self, base: Summary, make: Callable[[threading.Event], Summary], span: str = "the oldest steps"):
-        self.base, self.span = base, span
+    def __init__(self, base: Summary, make: Callable[[threading.Event], Summary], span: str = "the oldest steps",
+                 through: int = 0):
+        self.base, self.span, self.through = base, span, through  # through: the last step it covers
         self.summary: Summary | None = None
         self.error: BaseException | None = None
         self.cancelled = threading.Event()
@@ -337,7 +339,7 @@ class RunMemory:
             used, must = used + tokens, must - shown
         snapshot = list(steps)
         self.preparing = Preparation(base, lambda cancelled: self.make_summary(base, leaving, snapshot, cancelled),
-                                     _span(leaving))
+                                     _span(leaving), leaving[-1].step)
 
     def _read_tokens(self, record: StepRecord) -> int:
         """What a step takes of a summarizer call (known once counted)."""
@@ -596,7 +598,6 @@ class RunMemory:
                 continue
             chosen.append(Recalled(hit.id, label, text))
             room -= cost
-        self._embed_pending()
         return chosen
 
     def _label_tokens(self, label: str) -> int:
@@ -608,37 +609,48 @@ class RunMemory:
             tokens = self._labels[label] = self.counter.count(f"- ({label}) ")
         return tokens
 
-    def _embed_pending(self) -> None:
-        """What waits for the store's writer is embedded in the lookup thread while the model is asked (the next
-        prompt follows): searchable without delay once its step leaves the view, and the writer, niced, has only
-        chromadb's write left to do."""
+    def asking(self) -> None:
+        """The loop is about to wait for the model: what waits for the store's writer, unembedded, and that recall
+        may soon search is embedded now, in the lookup thread: the steps out of view and those a summary being made
+        or made will take out of it (steps in view are never recalled). A search then finds them ready rather than
+        embedding them while the loop waits, when they leave the view. The rest is left to the writer, niced, which
+        embeds in batches (a step's key costs as much to embed as ~3 queries)."""
         store = self.store
         if store is None or getattr(store, "_collection", None) is None:
             return
+        soon = max(self.summary.through_step, self.prepared.through_step if self.prepared else 0,
+                   self.preparing.through if self.preparing else 0)
+        notes_through = self.summary.notes_through
+
+        def in_view(item: MemoryItem) -> bool:
+            return self._item_in_view(item, soon, notes_through)
 
         def embed() -> None:
             try:
-                store.embed_pending()
+                store.embed_pending(in_view)
             except Exception:  # the writer meets it too, and reports it
                 pass
 
-        self._lookup(embed)
+        if store.pending_beyond(in_view):
+            self._lookup(embed)
 
     def _now(self, thought: str, command: str, arg: str) -> str:
         """What recall asks about the step: its thought, and the argument of a command that is not code (no command
         names: they would bring back every step of another run that used the same command)."""
-        detail = "" if command in self.code_commands else f" ({arg[:80]})"
+        detail = "" if command in self.code_commands else f" ({arg[:QUERY_ARG_CHARS]})"
         return f"{thought[:120]}{detail}"
 
-    def prefetch(self, thought: str, command: str, arg: str) -> None:
+    def prefetch(self, thought: str, command: str, arg: str) -> bool:
         """Look up, in a thread, what is near the action the agent just chose (and near the objective, when the
         next recall looks that up again), while its command runs: the next prompt's recall then finds it ready
         (embedding and searching off the loop's path). Only once the store is open (opening it is the warm-up's
-        work)."""
+        work). True when the lookup is under way (or was made, while the reply streamed in)."""
         if self.store is None or getattr(self.store, "_collection", None) is None:
-            return
+            return False
         now, store, where, objective = self._now(thought, command, arg), self.store, self.recall_filter, self.objective
         view = (self.summary.through_step, self.summary.notes_through)
+        if self._prefetch is not None and self._prefetch[:2] == (now, view):
+            return True
         due = self._objective_hits is None or self._recalled_at + 1 - self._objective_hits_at >= OBJECTIVE_REFRESH
         box: list = []
         done = threading.Event()
@@ -660,6 +672,16 @@ class RunMemory:
 
         self._lookup(look)
         self._prefetch = (now, view, done, box)
+        return True
+
+    def prefetch_early(self, thought: str, command: str, arg: str) -> bool:
+        """A reply still streaming in, as far as it came (a command named: its thought is over): when it tells all
+        that recall will ask about the step (the thought; for a command that is not code, the argument's start too),
+        the lookup starts now, while the rest of the reply comes, and True is returned. When the reply as read
+        differs, `prefetch` looks up again."""
+        if not thought.strip() or (command not in self.code_commands and len(arg) <= QUERY_ARG_CHARS):
+            return False
+        return self.prefetch(thought, command, arg)
 
     def _lookup(self, job: Callable[[], None]) -> None:
         """Run job in the lookup thread, started when there is none (starting a thread each step cost the loop

@@ -319,6 +319,7 @@ class VectorMemory:
             pass
         while True:
             batch = [self._queue.get()]
+            self._ready_soon(batch[-1])
             deadline = time.monotonic() + WRITE_LINGER_S
             while len(batch) < WRITE_BATCH and not self._flushing.is_set():  # a flush ends the wait at once
                 left = deadline - time.monotonic()
@@ -328,6 +329,7 @@ class VectorMemory:
                     batch.append(self._queue.get(timeout=min(left, 0.05)))
                 except queue.Empty:
                     continue
+                self._ready_soon(batch[-1])
             try:
                 if self._writer_error is None:
                     self._store([item for item, _ in batch], [vector for _, vector in batch])
@@ -336,6 +338,15 @@ class VectorMemory:
             finally:
                 for _ in batch:
                     self._queue.task_done()
+
+    def _ready_soon(self, queued: tuple[MemoryItem, object]) -> None:
+        """(The writer.) An item is embedded as it comes, while the batch it joins fills: its CPU time spread over
+        the steps (niced) rather than taken in one go, and a search finds it ready."""
+        if self._writer_error is None and not self._flushing.is_set():
+            try:
+                self._prepare([queued])
+            except Exception:  # met again, and reported, when the batch is stored
+                pass
 
     def add(self, items: Iterable[MemoryItem]) -> int:
         """Store (or replace, by id) items now; returns how many."""
@@ -441,14 +452,25 @@ class VectorMemory:
                                                found["distances"][row])]
                 for row in range(len(vectors))]
 
-    def embed_pending(self) -> None:
+    def embed_pending(self, unwanted: Callable[[MemoryItem], bool] | None = None) -> None:
         """Embed what waits for the writer and has no vector yet (a searcher's thread, at its priority: the writer
-        runs niced and may wait long for the CPU), so that a search finds it ready."""
+        runs niced and may wait long for the CPU), so that a search finds it ready; `unwanted`: items a search
+        would leave out, left to the writer."""
         with self._pending_lock:
-            unready = [item for item in self._pending.values()
-                       if not (item.id in self._ready and self._ready[item.id][0] is item)]
+            unready = self._unready(unwanted)
         if unready:
             self._prepare([(item, None) for item in unready])
+
+    def pending_beyond(self, unwanted: Callable[[MemoryItem], bool]) -> bool:
+        """Whether anything waits for the writer, unembedded, that is not `unwanted` (known without embedding)."""
+        with self._pending_lock:
+            return bool(self._unready(unwanted))
+
+    def _unready(self, unwanted: Callable[[MemoryItem], bool] | None) -> list[MemoryItem]:
+        """(Under the pending lock.) The items waiting for the writer that have no vector yet, less `unwanted`."""
+        return [item for item in self._pending.values()
+                if not (item.id in self._ready and self._ready[item.id][0] is item)
+                and (unwanted is None or not unwanted(item))]
 
     def _waiting(self, where: dict | None,
                  unwanted: Callable[[MemoryItem], bool] | None = None) -> list[tuple[MemoryItem, object]] | None:

@@ -15,6 +15,7 @@ import signal
 import threading
 import traceback
 from dataclasses import asdict, dataclass, field, replace
+from typing import Callable
 
 from memory.run_memory import RunMemory
 
@@ -31,7 +32,7 @@ from .redaction import redact_data
 from .services import Services
 from .state import RunState
 from .trust import resume_flags
-from .ui import plural
+from .ui import partial_action, plural
 from .stops import EXIT_CODES, Ending, LimitReached, Stop, Stuck, Submitted, TooManyFormatErrors, ending_for
 from .websearch import SearchResult
 from .workspace import RunWorkspace
@@ -412,6 +413,9 @@ class Run:
         else:
             self.check_cost()
         with self.ui.receiving(role) as on_piece:
+            if role == "agent":
+                self.memory.asking()  # memory's background work goes while the loop waits
+                on_piece = self._looking_ahead(on_piece)
             completion = self.services.model.complete(messages, model=model, role=role, on_piece=on_piece, **request)
         saved = self.services.prices.saved(model, completion.cached_tokens)
         rate = completion.tokens_per_s
@@ -426,6 +430,30 @@ class Run:
                                tool_calls=[call.to_json() for call in completion.tool_calls] or None,
                                messages=messages if self.settings.debug else None))
         return completion
+
+    def _looking_ahead(self, shown: Callable[[str], None]) -> Callable[[str], None]:
+        """`shown`, and, as the agent's reply streams in, the next recall's lookup started as soon as the reply tells
+        what recall will ask about (its thought, once a command is named), while the rest of it comes."""
+        text: list[str] = []
+        arguments: list[str] = []
+        tool = ""
+        started = False
+
+        def on_piece(piece: str) -> None:
+            nonlocal tool, started
+            shown(piece)
+            if started:
+                return
+            if getattr(piece, "tool", None):
+                tool = piece.tool
+                arguments.append(piece)
+            else:
+                text.append(piece)
+            thought, command, arg = partial_action("".join(text), tool, "".join(arguments))
+            if command is not None:
+                started = self.memory.prefetch_early(thought, command, arg)
+
+        return on_piece
 
     def summarize(self, prompt: str) -> str:
         return self.ask("summarizer", [{"role": "user", "content": prompt}], self.state.step).text

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
+import time
 
 from memory.condense import condense, split_by_tokens
 from memory.context import MESSAGE_OVERHEAD, REPLY_PRIMING
@@ -15,6 +17,7 @@ from miniagi import Agent, OpenAIModel, Settings
 from miniagi.config import Endpoint
 
 from .conftest import MEMORY_ON, act, run_dirs
+from .fake_llm import Stream, Wait
 
 COUNTER = counter_for("gpt-4o-mini")
 EMBEDDER = MiniLMEmbedder()
@@ -407,3 +410,100 @@ def test_the_terminal_says_when_steps_leave_the_view_for_the_summary(cli, llm):
     summaries = [r for r in llm.requests if r["model"] == "summarizer-model"]
     assert summaries  # steps left the view
     assert "memory: the summary now covers steps 1-" in proc.stdout + proc.stderr
+
+
+class _Watched(threading.Event):
+    """An event that remembers whether a wait for it ran out (the scripted stream resumed without it)."""
+
+    ran_out = False
+
+    def wait(self, timeout=None):
+        done = super().wait(timeout)
+        self.ran_out = self.ran_out or not done
+        return done
+
+
+def test_the_next_recall_is_looked_up_while_the_reply_still_streams_in(llm, isolated, monkeypatch):
+    """Recall asks about what the agent is doing (its thought): that is known as soon as the reply names its command,
+    so the lookup (embedding the query, searching) starts then, while the rest of the reply (the code) streams in,
+    off the loop's path. The stream is held until the query has been embedded."""
+    VectorMemory(isolated.home / "memory", EMBEDDER).add(  # the store holds something: step 1 opens it
+        [MemoryItem("old:step:1", "The pressure gauges were read last week", "old", "step", 1)])
+    embedded = _Watched()
+    original = MiniLMEmbedder.embed
+
+    def embed(self, texts):
+        if any("compare the gauge figures" in text for text in texts):
+            embedded.set()
+        return original(self, texts)
+
+    monkeypatch.setattr(MiniLMEmbedder, "embed", embed)
+    llm.add(act("execute_python", "print('gauge A: 41 kPa')", "read gauge A"),
+            Stream(["<r>compare the gauge figures</r>", "<c>execute_python</c>\n", Wait(embedded, 30),
+                    "print('gauge B: 44 kPa')"]),
+            act("done", "B is higher"))
+    settings = Settings(model="gpt-4o-mini", yes=True, unattended=True, workdir=str(isolated.work),
+                        home=str(isolated.home), memory_scope="global")
+    result = Agent(settings, model=OpenAIModel(Endpoint(api_key="k", base_url=llm.url)), quiet=True).run(
+        "Which gauge reads higher?")
+    assert result.status == "done"
+    assert embedded.is_set() and not embedded.ran_out  # embedded while the reply was held mid-stream
+
+
+def _drained(memory) -> None:
+    """Wait until the lookup thread has done what it was given."""
+    done = threading.Event()
+    memory._lookup(done.set)
+    assert done.wait(60)
+
+
+def test_steps_a_summary_will_take_out_of_view_are_embedded_while_the_model_is_asked(tmp_path, monkeypatch):
+    """Recall never returns a step in view, so what waits for the writer is embedded for search only once it may
+    leave the view: when the loop waits for the model, the steps out of view or that the summary being made will
+    take out are embedded (in the lookup thread), so that the search after the fold need not embed them; the steps
+    staying in view are left to the writer."""
+    import memory.store as store_module
+    from memory.context import ContextBuilder, StepRecord, Summary
+    from memory.run_memory import Held, Preparation, RunMemory
+
+    monkeypatch.setattr(store_module, "WRITE_LINGER_S", 600.0)  # nothing is written: everything stays pending
+    monkeypatch.setattr(VectorMemory, "_ready_soon", lambda self, queued: None)  # nor embedded by the writer
+    store = VectorMemory(tmp_path / "memory", EMBEDDER)
+    store.add([MemoryItem("old:step:1", "An older run read the gauges", "old", "step", 1)])
+    memory = RunMemory(builder=ContextBuilder(COUNTER, 4000), summarizer_counter=COUNTER,
+                       ask_summarizer=lambda prompt: "unused", store=store, scope="run", run_id="r",
+                       objective="Read the gauges")
+    memory.state = Held("Read the gauges", "", Summary("Gauges 1-2 were read.", 2))
+    steps = [StepRecord(i, f"read gauge {i}", "execute_python", "print(g)", f"gauge {i}: {40 + i} kPa")
+             for i in range(1, 7)]
+    for record in steps:
+        memory.remember(*memory.step_items(record))
+    release = threading.Event()
+    memory.preparing = Preparation(memory.summary, lambda cancelled: release.wait(60) and memory.summary,
+                                   "steps 3-4", 4)
+    try:
+        memory.asking()
+        _drained(memory)
+        ready = {item_id for item_id in store._ready}
+        assert {"r:step:1", "r:step:2", "r:step:3", "r:step:4"} <= ready  # out of view, or about to leave it
+        assert not ready & {"r:step:5", "r:step:6"}  # staying in view: the writer's
+    finally:
+        release.set()
+        memory.settle()
+
+
+def test_the_writer_embeds_each_item_as_it_comes_not_when_its_batch_is_full(tmp_path, monkeypatch):
+    """The background writer waits for a batch to fill before it writes (a chromadb write costs the same however
+    small), but embeds each item as it comes: its CPU time is spread over the steps, and a search finds it ready."""
+    import memory.store as store_module
+
+    monkeypatch.setattr(store_module, "WRITE_LINGER_S", 600.0)
+    store = VectorMemory(tmp_path / "memory", EMBEDDER)
+    store.add([MemoryItem("a:step:1", "stored first", "a", "step", 1)])
+    store.add_later([MemoryItem("a:step:2", "The valve on line 3 was replaced", "a", "step", 2)])
+    deadline = time.monotonic() + 60
+    while "a:step:2" not in store._ready and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert "a:step:2" in store._ready and store.pending(["a:step:2"]) and store.count() == 1
+    store.flush()
+    assert store.count() == 2
