@@ -8,10 +8,12 @@ shown in the terminal. Stopping is an exception (stops.py) mapped to the run's s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import signal
+import sys
 import threading
 import traceback
 from dataclasses import asdict, dataclass, field, replace
@@ -38,6 +40,7 @@ from .websearch import SearchResult
 from .workspace import RunWorkspace
 
 MAX_FORMAT_ERRORS = 3  # malformed replies in a row before the run is given up
+SWITCH_INTERVAL_S = 0.0005  # how often the interpreter may hand the GIL to another thread while a run goes
 CUT_OFF = ("it was cut off: it reached the length limit before it ended, so nothing in it was run. Send a shorter "
            "reply — a brief thought and one command; write long code or a long text in parts over several steps")
 
@@ -114,6 +117,11 @@ class Run:
                             sandbox=f"{self.workspace.execution.kind}, network "
                                     f"{'off' if self.settings.no_network else 'on'}")
         restore_sigterm = _raise_on_sigterm()
+        # memory's threads (recall's lookup, the writer) hand the GIL back and forth with the loop around each
+        # embedding and search: at Python's 5 ms switch interval a lookup beside a busy loop took ~4x as long as
+        # alone, and the loop then waited for it; at 0.5 ms it takes ~1.2x (the loop ~5 % slower while both run)
+        switch_interval = sys.getswitchinterval()
+        sys.setswitchinterval(min(switch_interval, SWITCH_INTERVAL_S))
         answer, interrupted = None, False
         try:
             objective = self.begin()
@@ -142,6 +150,7 @@ class Run:
                 self.emit_quietly(ev.Error(step=state.step, traceback=traceback.format_exc()))
         finally:
             restore_sigterm()
+            sys.setswitchinterval(switch_interval)
             # a summary still being made is waited for, so that its call is recorded before the end (not after
             # Ctrl-C: the person wants out; its event is then not recorded)
             self.memory.settle(wait=not interrupted)
@@ -412,9 +421,9 @@ class Run:
             self.check_cost(ceiling)
         else:
             self.check_cost()
-        with self.ui.receiving(role) as on_piece:
+        waiting = self.memory.waiting_for_model() if role == "agent" else contextlib.nullcontext()
+        with self.ui.receiving(role) as on_piece, waiting:  # memory's background work goes while the loop waits
             if role == "agent":
-                self.memory.asking()  # memory's background work goes while the loop waits
                 on_piece = self._looking_ahead(on_piece)
             completion = self.services.model.complete(messages, model=model, role=role, on_piece=on_piece, **request)
         saved = self.services.prices.saved(model, completion.cached_tokens)
