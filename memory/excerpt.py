@@ -227,6 +227,7 @@ def _left_out(count: int) -> str:
     return f"{GAP} ({count} {'line' if count == 1 else 'lines'} not shown)"
 
 
+@functools.lru_cache(maxsize=16384)
 def _stem(word: str) -> str:
     """A word without its commonest English ending, so that "manifolds" finds "manifold"."""
     for ending in ("ing", "ed", "es", "s"):

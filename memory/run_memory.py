@@ -17,12 +17,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import queue
 import threading
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Callable, Iterator
+from typing import Callable
 
 from .condense import split_by_tokens, words_for
 from .context import (NOTE_COMMAND, Context, ContextBuilder, Note, StepRecord, Summary, fence_untrusted, head_notes,
@@ -390,8 +389,6 @@ class RunMemory:
     def settle(self, wait: bool = True) -> None:
         """At the run's end: a summary still being made is called off (no further model call is made after the
         run ends); a call in flight is waited for, so that it is recorded, or (not `wait`) left behind."""
-        if self.store is not None:
-            self.store.idle.set()  # the writer need not wait for the loop any more
         preparing, self.preparing, self.prepared = self.preparing, None, None
         if preparing is not None:
             preparing.cancelled.set()
@@ -612,20 +609,9 @@ class RunMemory:
             tokens = self._labels[label] = self.counter.count(f"- ({label}) ")
         return tokens
 
-    @contextlib.contextmanager
-    def waiting_for_model(self) -> Iterator[None]:
-        """While the loop waits for the model, memory's background work goes: the store's writer embeds and
-        writes (VectorMemory.idle), and what may soon be searched is embedded (`_embed_soon`)."""
-        store = self.store
-        if store is None:
-            yield
-            return
+    def asking(self) -> None:
+        """The loop is about to wait for the model: memory's background work for the next prompt goes now."""
         self._embed_soon()
-        store.idle.set()
-        try:
-            yield
-        finally:
-            store.idle.clear()
 
     def _embed_soon(self) -> None:
         """What waits for the store's writer, unembedded, and that recall may soon search is embedded now, in the

@@ -26,7 +26,6 @@ KEY_CHARS = 240  # what is embedded of a key or a query (~60 tokens): the cost g
 WRITE_BATCH = 16
 WRITE_LINGER_S = 1.0  # the writer waits this long for a batch to fill: a chromadb write costs ~15 ms however small
 # (meanwhile its items are searched in this process, see search_by: recall never waits for a write)
-IDLE_WAIT_S = 1.0  # the writer's work waits for the agent's loop to wait (for the model), this long at most
 WRITE_QUEUE = 64  # items waiting for the writer before add_later waits (back-pressure)
 
 
@@ -97,11 +96,6 @@ class VectorMemory:
         self._writer: threading.Thread | None = None
         self._writer_error: BaseException | None = None
         self._flushing = threading.Event()
-        # set while the agent's loop is not at work (it waits for the model; RunMemory.waiting_for_model): the
-        # writer embeds and writes then, not beside the loop's own steps (two busy threads on a 2-core machine slow
-        # each other, niced or not)
-        self.idle = threading.Event()
-        self.idle.set()
         self._vectors: dict[str, object] = {}  # objective → vector
         self._pending: dict[str, MemoryItem] = {}  # queued and not stored yet, by id (the newest version)
         self._ready: dict[str, tuple[MemoryItem, MemoryItem, object]] = {}  # id → (pending item, as stored, vector)
@@ -337,7 +331,6 @@ class VectorMemory:
                     continue
                 self._ready_soon(batch[-1])
             try:
-                self._when_idle()
                 if self._writer_error is None:
                     self._store([item for item, _ in batch], [vector for _, vector in batch])
             except BaseException as exc:  # reported to the agent by the next add_later / flush
@@ -346,15 +339,9 @@ class VectorMemory:
                 for _ in batch:
                     self._queue.task_done()
 
-    def _when_idle(self) -> None:
-        """(The writer.) Wait until the agent's loop waits (for the model), IDLE_WAIT_S at most, unless flushing."""
-        if not self._flushing.is_set():
-            self.idle.wait(IDLE_WAIT_S)
-
     def _ready_soon(self, queued: tuple[MemoryItem, object]) -> None:
         """(The writer.) An item is embedded as it comes, while the batch it joins fills: its CPU time spread over
-        the steps (niced, while the loop waits) rather than taken in one go, and a search finds it ready."""
-        self._when_idle()
+        the steps (niced) rather than taken in one go, and a search finds it ready."""
         if self._writer_error is None and not self._flushing.is_set():
             try:
                 self._prepare([queued])

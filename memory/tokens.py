@@ -63,7 +63,6 @@ def encoding_name_for(model: str) -> tuple[str, bool]:
     return "cl100k_base", False
 
 
-CACHED_FROM_CHARS = 200  # shorter texts are encoded again: as cheap as looking them up
 
 
 class TokenCounter:
@@ -75,8 +74,10 @@ class TokenCounter:
         self.model = model
         self.encoding_name, native = encoding_name_for(model)
         self.margin = 1.0 if native else FOREIGN_MODEL_MARGIN
-        # a prompt is counted again and again from the same parts (the head, the notes, each step shown): a longer
-        # text's count is kept for the texts seen lately (lru_cache is safe across the summarizer's threads)
+        # a prompt is counted again and again from the same parts (the head, the notes, each step shown, the labels
+        # and notices): a count is kept for the texts seen lately (lru_cache is safe across the summarizer's
+        # threads). Short ones too: an encoding lets go of the GIL, and with memory's threads at work the loop may
+        # wait to get it back (up to the switch interval), far longer than a lookup takes
         self._encoded_length = lru_cache(maxsize=4096)(self._encode_length)
 
     @property
@@ -86,8 +87,6 @@ class TokenCounter:
     def count(self, text: str) -> int:
         if not text:
             return 0
-        if len(text) < CACHED_FROM_CHARS:
-            return self.scaled(self._encode_length(text))
         return self.scaled(self._encoded_length(text))
 
     def _encode_length(self, text: str) -> int:

@@ -8,7 +8,6 @@ shown in the terminal. Stopping is an exception (stops.py) mapped to the run's s
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -421,9 +420,9 @@ class Run:
             self.check_cost(ceiling)
         else:
             self.check_cost()
-        waiting = self.memory.waiting_for_model() if role == "agent" else contextlib.nullcontext()
-        with self.ui.receiving(role) as on_piece, waiting:  # memory's background work goes while the loop waits
+        with self.ui.receiving(role) as on_piece:
             if role == "agent":
+                self.memory.asking()  # memory's background work goes while the loop waits
                 on_piece = self._looking_ahead(on_piece)
             completion = self.services.model.complete(messages, model=model, role=role, on_piece=on_piece, **request)
         saved = self.services.prices.saved(model, completion.cached_tokens)

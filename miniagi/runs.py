@@ -8,6 +8,7 @@ rewritten atomically after every step.
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import os
 import re
@@ -77,6 +78,7 @@ class RunRecord:
         self.trace_path = directory / "trace.jsonl"
         self.result_path = directory / "result.json"
         self._trace = None
+        self._folder: int | None = None  # the folder, opened once (never through a link) for result.json's writes
 
     def append(self, event: dict) -> None:
         if self._trace is None:
@@ -105,12 +107,11 @@ class RunRecord:
     def write_result(self, result: dict) -> None:
         from .safefs import open_dir, replace_file
 
-        folder = open_dir(self.dir)
-        try:  # a fresh temporary file (never through a link), renamed over result.json
-            replace_file(folder, self.result_path.name, (json.dumps(redact_data(self.redact, result), indent=2,
-                                                                    ensure_ascii=False) + "\n").encode("utf-8"))
-        finally:
-            os.close(folder)
+        if self._folder is None:
+            self._folder = open_dir(self.dir)
+        # a fresh temporary file (never through a link), renamed over result.json
+        replace_file(self._folder, self.result_path.name, (json.dumps(redact_data(self.redact, result), indent=2,
+                                                                  ensure_ascii=False) + "\n").encode("utf-8"))
 
     def read_result(self) -> dict:
         """result.json; a run still marked running whose process is gone (killed) reads as interrupted."""
@@ -152,11 +153,20 @@ class RunRecord:
         if self._trace is not None:
             self._trace.close()
             self._trace = None
+        if self._folder is not None:
+            os.close(self._folder)
+            self._folder = None
 
 
 def process_identity() -> dict:
-    """What tells this process apart from a later one with the same pid: host, pid and start time."""
-    return {"host": socket.gethostname(), "pid": os.getpid(), "pid_started": _start_time(os.getpid())}
+    """What tells this process apart from a later one with the same pid: host, pid and start time (known once per
+    process: result.json is written every step)."""
+    return dict(_identity(os.getpid()))
+
+
+@functools.lru_cache(maxsize=4)
+def _identity(pid: int) -> tuple:
+    return (("host", socket.gethostname()), ("pid", pid), ("pid_started", _start_time(pid)))
 
 
 def _start_time(pid: int) -> int | None:

@@ -482,7 +482,7 @@ def test_steps_a_summary_will_take_out_of_view_are_embedded_while_the_model_is_a
     memory.preparing = Preparation(memory.summary, lambda cancelled: release.wait(60) and memory.summary,
                                    "steps 3-4", 4)
     try:
-        memory._embed_soon()
+        memory.asking()
         _drained(memory)
         ready = {item_id for item_id in store._ready}
         assert {"r:step:1", "r:step:2", "r:step:3", "r:step:4"} <= ready  # out of view, or about to leave it
