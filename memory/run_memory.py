@@ -593,7 +593,8 @@ class RunMemory:
             text = excerpt(hit.text, query, self.counter, share, words)
             if not text:
                 continue
-            cost = self.counter.count(f"- ({label}) {text}") + 1
+            # the label's and the text's counts, both known already (the prompt is counted whole at the end)
+            cost = self._label_tokens(label) + self.counter.count(text) + 1
             if cost > room:
                 continue
             chosen.append(Recalled(hit.id, label, text))

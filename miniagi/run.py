@@ -39,7 +39,7 @@ from .websearch import SearchResult
 from .workspace import RunWorkspace
 
 MAX_FORMAT_ERRORS = 3  # malformed replies in a row before the run is given up
-SWITCH_INTERVAL_S = 0.0005  # how often the interpreter may hand the GIL to another thread while a run goes
+SWITCH_INTERVAL_S = 0.0002  # how often the interpreter may hand the GIL to another thread while a run goes
 CUT_OFF = ("it was cut off: it reached the length limit before it ended, so nothing in it was run. Send a shorter "
            "reply — a brief thought and one command; write long code or a long text in parts over several steps")
 
@@ -116,9 +116,10 @@ class Run:
                             sandbox=f"{self.workspace.execution.kind}, network "
                                     f"{'off' if self.settings.no_network else 'on'}")
         restore_sigterm = _raise_on_sigterm()
-        # memory's threads (recall's lookup, the writer) hand the GIL back and forth with the loop around each
-        # embedding and search: at Python's 5 ms switch interval a lookup beside a busy loop took ~4x as long as
-        # alone, and the loop then waited for it; at 0.5 ms it takes ~1.2x (the loop ~5 % slower while both run)
+        # memory's threads (recall's lookup, the writer) and the loop hand the GIL back and forth around each
+        # embedding, search and token count (each lets go of it): at Python's 5 ms switch interval a lookup beside
+        # a busy loop took ~4x as long as alone (the loop then waited for it), and a count the loop made could wait
+        # up to 5 ms to go on; at 0.2 ms the lookup takes ~1.2x (the loop ~5-8 % slower while both run Python)
         switch_interval = sys.getswitchinterval()
         sys.setswitchinterval(min(switch_interval, SWITCH_INTERVAL_S))
         answer, interrupted = None, False
