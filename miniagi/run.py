@@ -120,8 +120,7 @@ class Run:
         # embedding, search and token count (each lets go of it): at Python's 5 ms switch interval a lookup beside
         # a busy loop took ~4x as long as alone (the loop then waited for it), and a count the loop made could wait
         # up to 5 ms to go on; at 0.2 ms the lookup takes ~1.2x (the loop ~5-8 % slower while both run Python)
-        switch_interval = sys.getswitchinterval()
-        sys.setswitchinterval(min(switch_interval, SWITCH_INTERVAL_S))
+        _switching(+1)
         answer, interrupted = None, False
         try:
             objective = self.begin()
@@ -150,7 +149,7 @@ class Run:
                 self.emit_quietly(ev.Error(step=state.step, traceback=traceback.format_exc()))
         finally:
             restore_sigterm()
-            sys.setswitchinterval(switch_interval)
+            _switching(-1)
             # a summary still being made is waited for, so that its call is recorded before the end (not after
             # Ctrl-C: the person wants out; its event is then not recorded)
             self.memory.settle(wait=not interrupted)
@@ -522,6 +521,24 @@ class Run:
                 "ended_at": None if status == "running" else now_iso(), "model": self.settings.model,
                 "exit_code": exit_code, "message": message, "sandbox": self.isolation,
                 "workdir": str(self.settings.workdir_path), **process_identity()}
+
+
+_runs_going = [0, 0.0]  # runs driven in this process now, and the switch interval before the first
+
+
+def _switching(change: int) -> None:
+    """The first run to start sets the short switch interval, the last to end puts the one before back (runs may be
+    driven in threads of one process, the web UI's)."""
+    with _switch_lock:
+        if change > 0 and _runs_going[0] == 0:
+            _runs_going[1] = sys.getswitchinterval()
+            sys.setswitchinterval(min(_runs_going[1], SWITCH_INTERVAL_S))
+        _runs_going[0] += change
+        if change < 0 and _runs_going[0] == 0:
+            sys.setswitchinterval(_runs_going[1])
+
+
+_switch_lock = threading.Lock()
 
 
 def _rounded(seconds: float | None) -> float | None:

@@ -507,3 +507,23 @@ def test_the_writer_embeds_each_item_as_it_comes_not_when_its_batch_is_full(tmp_
     assert "a:step:2" in store._ready and store.pending(["a:step:2"]) and store.count() == 1
     store.flush()
     assert store.count() == 2
+
+
+def test_while_a_run_goes_the_gil_changes_hands_often_and_afterwards_as_before(llm, isolated):
+    """Memory's threads and the loop hand the GIL back and forth around every embedding, search and token count:
+    while a run goes the interpreter's switch interval is short (at Python's 5 ms a lookup beside a busy loop took
+    ~4x as long as alone), and the one before is back once it ends."""
+    seen = []
+
+    def respond(request):
+        seen.append(sys.getswitchinterval())
+        return act("done", "ok")
+
+    llm.responder = respond
+    before = sys.getswitchinterval()
+    settings = Settings(model="gpt-4o-mini", yes=True, unattended=True, workdir=str(isolated.work),
+                        home=str(isolated.home))
+    result = Agent(settings, model=OpenAIModel(Endpoint(api_key="k", base_url=llm.url)), quiet=True).run("Say ok")
+    assert result.status == "done"
+    assert seen and all(interval <= 0.0002 + 1e-9 for interval in seen)
+    assert sys.getswitchinterval() == before

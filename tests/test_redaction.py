@@ -173,10 +173,12 @@ _MARKER = st.sampled_from([
     "sk-", "sk-proj-", "rk_live_", "sk_test_", "ghp_", "gho_", "github_pat_", "xoxb-", "AKIA", "ASIA", "AIza", "hf_",
     "glpat-", "eyJ", ".eyJ", "Bearer ", "bearer ", "BEARER ", "https://", "https://hooks.slack.com/services/",
     "https://discord.com/api/webhooks/123/", "https://x.webhook.office.com/", "-----BEGIN RSA PRIVATE KEY-----",
-    "-----END RSA PRIVATE KEY-----", "u:", "https://u:", "db+x://:", "DB_PWD", "API_KEY", "token", "Pass", "my.secret", "auth", "dsn", "sk", "gh", "A",
+    "-----END RSA PRIVATE KEY-----", "u:", "https://u:", "db+x://:", "DB_PWD", "API_KEY", "token", "Pass",
+    "my.secret", "auth", "dsn", "sk", "gh", "A",
     "value", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.c2lnbmF0dXJlLWhlcmU", ""])
-_BODY = st.sampled_from(["", "ABCDEFGHIJKLMNOP", "abcdefghijklmnopqrstuvwxyz0123", "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789",
-                         "0123456789", "x", "=", ": ", "=\"", "@host", "pw-12345@host", " ", "é"])
+_BODY = st.sampled_from(["", "ABCDEFGHIJKLMNOP", "abcdefghijklmnopqrstuvwxyz0123",
+                         "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789", "0123456789", "x", "=", ": ", "=\"", "@host",
+                         "pw-12345@host", " ", "é"])
 _SEGMENTS = st.lists(st.tuples(_BEFORE, _MARKER, _BODY).map("".join), max_size=12)
 
 

@@ -122,6 +122,7 @@ def first_request_agent(llm, isolated, **options):
     from miniagi.endpoint import OpenAIModel
 
     tokens._loaded.cache_clear()
+    tokens.counter_for.cache_clear()  # counts are kept per counter: a fresh one must encode (and load the table)
     loaded_at_call: list[int] = []
     model = OpenAIModel(Endpoint("k", llm.url))
     complete = model.complete
