@@ -170,6 +170,8 @@ def pick(text: str, query: str, counter: TokenCounter, max_tokens: int) -> str:
     text, total = _collapsed(text, counter)
     if total <= max_tokens:
         return text
+    if "\n" not in text and len(_sentences(text)) < 2:  # one piece, longer than the room: no whole piece fits
+        return ""
     pieces, words, _ = _pieces(text)
     wanted = {_stem(word) for word in terms(query)}
     found = [{_stem(word) for word in piece_words} & wanted for piece_words in words]

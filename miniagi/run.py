@@ -14,6 +14,7 @@ import shutil
 import signal
 import sys
 import threading
+import time
 import traceback
 from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
@@ -39,6 +40,7 @@ from .websearch import SearchResult
 from .workspace import RunWorkspace
 
 MAX_FORMAT_ERRORS = 3  # malformed replies in a row before the run is given up
+RUNNING_SAVE_S = 0.5  # result.json of a running run is rewritten at most this often
 SWITCH_INTERVAL_S = 0.0002  # how often the interpreter may hand the GIL to another thread while a run goes
 CUT_OFF = ("it was cut off: it reached the length limit before it ended, so nothing in it was run. Send a shorter "
            "reply — a brief thought and one command; write long code or a long text in parts over several steps")
@@ -66,6 +68,10 @@ class Run:
                                 run_id=record.run_id, state=state,
                                 workdir=str(self.settings.workdir_path), code_commands=code_commands())
         self.memory.notify = self.ui.progress  # the loop waits for a summary before steps leave the view
+        self._saving = threading.Lock()  # result.json: one writer at a time (the loop, or the timer of a write put off)
+        self._saved_at = float("-inf")
+        self._save_timer: threading.Timer | None = None
+        self._ended = False  # the final result is written: nothing more is
         # a chat hands each run the workspace of the one before (its Python session goes on) and keeps the one its
         # first run makes (keep_workspace): the run closes only a workspace it made and was not asked to keep
         self.owns_workspace = workspace is None and not keep_workspace
@@ -136,7 +142,7 @@ class Run:
                         outcome = replace(outcome, observation=self.final_review(outcome.answer), answer=None)
                     self.observe(action, outcome)
                     self.critique()
-                self.save("running")
+                self.save_progress()
         except Submitted as submitted:
             answer, ending = self.services.redact(submitted.answer), Ending("done", "", EXIT_CODES["done"])
             self.remember(self.memory.item("answer", f"Objective: {state.objective}\nFinal answer: "
@@ -506,9 +512,42 @@ class Run:
             self.ui.warn(f"warning: {warning}")
 
     def save(self, status: str, message: str = "", exit_code: int | None = None) -> dict:
+        """result.json written now; a status other than running is the final one (no write put off follows it)."""
+        with self._saving:
+            if self._save_timer is not None:
+                self._save_timer.cancel()
+                self._save_timer = None
+            self._ended = self._ended or status != "running"
+            return self._write(status, message, exit_code)
+
+    def _write(self, status: str, message: str = "", exit_code: int | None = None) -> dict:
         result = self.result(status, message, exit_code)
+        self._saved_at = time.monotonic()
         self.record.write_result(result)
         return result
+
+    def save_progress(self) -> None:
+        """result.json after a step: at most every RUNNING_SAVE_S (a fast loop's steps are milliseconds apart; the
+        trace has every event at once); a write put off is made by a timer when that time is up, so the file lags
+        the run by less than that."""
+        with self._saving:
+            wait = self._saved_at + RUNNING_SAVE_S - time.monotonic()
+            if wait <= 0:
+                self._write("running")
+            elif self._save_timer is None:
+                self._save_timer = threading.Timer(wait, self._save_put_off)
+                self._save_timer.daemon = True
+                self._save_timer.start()
+
+    def _save_put_off(self) -> None:
+        with self._saving:
+            if self._save_timer is None or self._ended:
+                return
+            self._save_timer = None
+            try:
+                self._write("running")
+            except OSError:  # the loop's next write meets it too, and reports it
+                pass
 
     def result(self, status: str, message: str, exit_code: int | None) -> dict:
         state = self.state

@@ -527,3 +527,40 @@ def test_while_a_run_goes_the_gil_changes_hands_often_and_afterwards_as_before(l
     assert result.status == "done"
     assert seen and all(interval <= 0.0002 + 1e-9 for interval in seen)
     assert sys.getswitchinterval() == before
+
+
+def test_result_json_follows_a_fast_run_at_most_half_a_second_behind(llm, isolated, monkeypatch):
+    """A fast loop's steps are milliseconds apart: result.json (a snapshot; the trace has every event at once) is
+    rewritten at most every half second while the run goes, and a write put off is made when that time is up, so the
+    file shows the latest step even while the run waits long for the model."""
+    import miniagi.run
+
+    monkeypatch.setattr(miniagi.run, "RUNNING_SAVE_S", 3.0)  # longer than the steps take, even on a busy machine
+    held = threading.Event()
+    llm.add(act("execute_python", "print(1)"), act("execute_python", "print(2)"),
+            Stream(["<r>now the third</r>", Wait(held, 60), "<c>done</c>\nthree"]))
+    settings = Settings(model="gpt-4o-mini", yes=True, unattended=True, workdir=str(isolated.work),
+                        home=str(isolated.home))
+    agent = Agent(settings, model=OpenAIModel(Endpoint(api_key="k", base_url=llm.url)), quiet=True)
+    outcome = []
+    runner = threading.Thread(target=lambda: outcome.append(agent.run("Count to three")))
+    runner.start()
+    try:
+        deadline, seen = time.monotonic() + 30, None
+        while time.monotonic() < deadline:
+            found = run_dirs(isolated.home)
+            if found and (found[0] / "result.json").exists():
+                try:
+                    seen = json.loads((found[0] / "result.json").read_text())
+                except ValueError:  # (never half-written: renamed whole; read again to be sure)
+                    seen = None
+                if seen and seen["steps"] == 2:
+                    break
+            time.sleep(0.02)
+        assert seen and seen["steps"] == 2 and seen["status"] == "running", seen
+    finally:
+        held.set()
+        runner.join(60)
+    assert outcome and outcome[0].status == "done"
+    final = json.loads((run_dirs(isolated.home)[0] / "result.json").read_text())
+    assert final["status"] == "done" and final["steps"] == 3
