@@ -98,6 +98,12 @@ def _collapsed(text: str, counter: TokenCounter) -> tuple[str, int]:
     return collapsed, counter.count(collapsed)
 
 
+def prepare_excerpt(text: str, counter: TokenCounter) -> None:
+    """What excerpt reads of a text whatever the query, worked out now (kept for the texts seen lately)."""
+    text, total = _collapsed(text, counter)
+    _meaning(text)
+
+
 @functools.lru_cache(maxsize=512)
 def _pieces(text: str) -> tuple[tuple[str, ...], tuple[frozenset, ...], tuple[frozenset, ...]]:
     """The text's lines and sentences, the meaningful words of each, and those of each found in no other piece."""

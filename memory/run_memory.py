@@ -26,7 +26,7 @@ from typing import Callable
 from .condense import split_by_tokens, words_for
 from .context import (NOTE_COMMAND, Context, ContextBuilder, Note, StepRecord, Summary, fence_untrusted, head_notes,
                       message_text)
-from .excerpt import GAP, collapse_repeats, excerpt, novelty, same_note, terms_of_lines, units
+from .excerpt import GAP, collapse_repeats, excerpt, novelty, prepare_excerpt, same_note, terms_of_lines, units
 from .store import Hit, MemoryItem, VectorMemory
 from .tokens import TokenCounter
 
@@ -557,26 +557,36 @@ class RunMemory:
         objective_cut = getattr(embedder, "objective_distance", cut)
         latest = steps[-1] if steps else None
         now = self._now(latest.thought, latest.command, latest.arg) if latest else ""
-        vector, near, near_objective = self._prefetched(now) if latest else (None, None, None)
+        flat, words = " ".join(shown.split()), terms_of_lines(shown)
+
+        def wanted(found: list[Hit]) -> list[Hit]:
+            return [hit for hit in found if hit.distance <= (objective_cut if hit.kind == "objective" else cut)
+                    and not self._in_view(hit) and " ".join(hit.text.split()) not in flat
+                    and novelty(hit.text, words) >= NOVELTY]
+
         # near the objective, so standing facts stay in view: what is near it changes slowly, so it is looked up
-        # again only every few steps (by the prefetch, when it knew this one would)
-        if self._objective_hits is None or len(steps) - self._objective_hits_at >= OBJECTIVE_REFRESH:
+        # again only every few steps (by the prefetch, when it knew this one would); the hits kept from before are
+        # weighed while the lookup for this step may still be under way
+        due = self._objective_hits is None or len(steps) - self._objective_hits_at >= OBJECTIVE_REFRESH
+        standing = [] if due else wanted(self._objective_hits)
+        for hit in standing:
+            prepare_excerpt(hit.text, self.counter)
+            self._label_tokens(self._label(hit))
+        vector, near, near_objective = self._prefetched(now) if latest else (None, None, None)
+        if due:
             self._objective_hits = near_objective if near_objective is not None else self.store.search_by(
                 [self.store.objective_vector(self.objective)], RECALL_CANDIDATES, where, self._item_in_view)
             self._objective_hits_at = len(steps)
+            standing = wanted(self._objective_hits)
         self._recalled_at = len(steps)
-        hits, query = list(self._objective_hits), self.objective
+        hits, query = standing, self.objective
         if latest:  # and near what the agent is doing now (a short query: embedding time grows with length)
             if near is None:
                 vector = self.store.embed_one(now) if vector is None else vector
                 near = self.store.search_by([vector], RECALL_CANDIDATES, where, self._item_in_view)
             known = {hit.id for hit in near}
-            hits = sorted(near + [hit for hit in hits if hit.id not in known], key=lambda hit: hit.distance)
+            hits = sorted(wanted(near) + [hit for hit in hits if hit.id not in known], key=lambda hit: hit.distance)
             query = f"{now}\n{self.objective}"
-        flat, words = " ".join(shown.split()), terms_of_lines(shown)
-        hits = [hit for hit in hits if hit.distance <= (objective_cut if hit.kind == "objective" else cut)
-                and not self._in_view(hit) and " ".join(hit.text.split()) not in flat
-                and novelty(hit.text, words) >= NOVELTY]
         later = [(s.step, note) for s in steps for note in s.notes]  # this run's notes
         chosen: list[Recalled] = []
         for hit in hits:
