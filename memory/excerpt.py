@@ -99,9 +99,9 @@ def _collapsed(text: str, counter: TokenCounter) -> tuple[str, int]:
 
 
 def prepare_excerpt(text: str, counter: TokenCounter) -> None:
-    """What excerpt reads of a text whatever the query, worked out now (kept for the texts seen lately)."""
-    text, total = _collapsed(text, counter)
-    _meaning(text)
+    """What excerpt first reads of a text whatever the query (the text, repeats collapsed, and its count), worked
+    out now (kept for the texts seen lately)."""
+    _collapsed(text, counter)
 
 
 @functools.lru_cache(maxsize=512)

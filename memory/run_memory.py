@@ -181,7 +181,6 @@ class RunMemory:
         self._objective_hits: list[Hit] | None = None
         self._objective_hits_at = 0
         self._recalled_at = 0  # steps the last recall saw
-        self._labels: dict[str, int] = {}  # a recalled memory's label → its tokens
         self.failure = ""  # why vector memory was turned off mid-run, for the agent to report
 
     @property
@@ -561,7 +560,7 @@ class RunMemory:
 
         def wanted(found: list[Hit]) -> list[Hit]:
             return [hit for hit in found if hit.distance <= (objective_cut if hit.kind == "objective" else cut)
-                    and not self._in_view(hit) and " ".join(hit.text.split()) not in flat
+                    and not self._item_in_view(hit) and " ".join(hit.text.split()) not in flat
                     and novelty(hit.text, words) >= NOVELTY]
 
         # near the objective, so standing facts stay in view: what is near it changes slowly, so it is looked up
@@ -612,24 +611,15 @@ class RunMemory:
         return chosen
 
     def _label_tokens(self, label: str) -> int:
-        """What a recalled memory's label takes (kept: the same labels come back step after step)."""
-        tokens = self._labels.get(label)
-        if tokens is None:
-            if len(self._labels) > 1024:
-                self._labels.clear()
-            tokens = self._labels[label] = self.counter.count(f"- ({label}) ")
-        return tokens
+        """What a recalled memory's label takes (the counter keeps it: the same labels come back step after step)."""
+        return self.counter.count(f"- ({label}) ")
 
     def asking(self) -> None:
-        """The loop is about to wait for the model: memory's background work for the next prompt goes now."""
-        self._embed_soon()
-
-    def _embed_soon(self) -> None:
-        """What waits for the store's writer, unembedded, and that recall may soon search is embedded now, in the
-        lookup thread: the steps out of view and those a summary being made or made will take out of it (steps in
-        view are never recalled). A search then finds them ready rather than embedding them while the loop waits,
-        when they leave the view. The rest is left to the writer, niced, which embeds each item as it comes (a
-        step's key costs as much to embed as ~3 queries)."""
+        """The loop is about to wait for the model: what waits for the store's writer, unembedded, and that recall
+        may soon search is embedded now, in the lookup thread: the steps out of view and those a summary being made
+        or made will take out of it (steps in view are never recalled). A search then finds them ready rather than
+        embedding them while the loop waits, when they leave the view. The rest is left to the writer, niced, which
+        embeds each item as it comes (a step's key costs as much to embed as ~3 queries)."""
         store = self.store
         if store is None or getattr(store, "_collection", None) is None:
             return
@@ -741,11 +731,6 @@ class RunMemory:
         notes_through = self.summary.notes_through if notes_through is None else notes_through
         return (item.kind == "objective" or item.step > through
                 or (item.kind == "note" and item.step > notes_through))
-
-    def _in_view(self, hit: Hit) -> bool:
-        """This run's objective, its steps in view and its notes (whole in the head or in their steps) are in the
-        prompt already."""
-        return self._item_in_view(hit)
 
     def _label(self, hit: Hit) -> str:
         where = "this run" if hit.run == self.run_id else f"run {hit.run}"

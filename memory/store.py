@@ -368,11 +368,10 @@ class VectorMemory:
         """Each item as it is stored (through the secret gate; blank ones left out) with its vector, embedded in one
         call for those that have none yet; kept for search while the item is pending."""
         with self._pending_lock:
-            ready = {item.id: self._ready[item.id] for item, _ in batch
-                     if item.id in self._ready and self._ready[item.id][0] is item}
+            ready = {item.id: self._ready[item.id] for item, _ in batch if self._is_ready(item)}
         pairs, missing = [], []
         for item, vector in batch:
-            if item.id in ready and ready[item.id][0] is item:
+            if item.id in ready:
                 pairs.append((ready[item.id][1], ready[item.id][2]))
                 continue
             if not item.text.strip():
@@ -469,8 +468,11 @@ class VectorMemory:
     def _unready(self, unwanted: Callable[[MemoryItem], bool] | None) -> list[MemoryItem]:
         """(Under the pending lock.) The items waiting for the writer that have no vector yet, less `unwanted`."""
         return [item for item in self._pending.values()
-                if not (item.id in self._ready and self._ready[item.id][0] is item)
-                and (unwanted is None or not unwanted(item))]
+                if not self._is_ready(item) and (unwanted is None or not unwanted(item))]
+
+    def _is_ready(self, item: MemoryItem) -> bool:
+        """(Under the pending lock.) Whether this version of the item has its vector (and text as stored) made."""
+        return item.id in self._ready and self._ready[item.id][0] is item
 
     def _waiting(self, where: dict | None,
                  unwanted: Callable[[MemoryItem], bool] | None = None) -> list[tuple[MemoryItem, object]] | None:
@@ -480,14 +482,14 @@ class VectorMemory:
             if not self._pending:
                 return []
             pending = [item for item in self._pending.values() if unwanted is None or not unwanted(item)]
-            ready = dict(self._ready)
-        unready = [item for item in pending if not (item.id in ready and ready[item.id][0] is item)]
+            ready = {item.id: self._ready[item.id] for item in pending if self._is_ready(item)}
+        unready = [item for item in pending if item.id not in ready]
         made = {stored.id: (stored, vector) for stored, vector in self._prepare([(item, None) for item in unready])}
         waiting = []
         for item in pending:
             if item.id in made:
                 stored, vector = made[item.id]
-            elif item.id in ready and ready[item.id][0] is item:
+            elif item.id in ready:
                 stored, vector = ready[item.id][1], ready[item.id][2]
             else:
                 continue  # blank: never stored

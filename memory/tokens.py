@@ -63,8 +63,6 @@ def encoding_name_for(model: str) -> tuple[str, bool]:
     return "cl100k_base", False
 
 
-
-
 class TokenCounter:
     """Counts tokens for one model; cheap to call many times. The encoding's table (~0.3 s to load for o200k_base)
     is loaded on the first count: a run's first request, small enough to be surely within budget by its bytes, goes

@@ -34,7 +34,7 @@ from .redaction import redact_data
 from .services import Services
 from .state import RunState
 from .trust import resume_flags
-from .ui import partial_action, plural
+from .ui import ReplySoFar, plural
 from .stops import EXIT_CODES, Ending, LimitReached, Stop, Stuck, Submitted, TooManyFormatErrors, ending_for
 from .websearch import SearchResult
 from .workspace import RunWorkspace
@@ -448,22 +448,15 @@ class Run:
     def _looking_ahead(self, shown: Callable[[str], None]) -> Callable[[str], None]:
         """`shown`, and, as the agent's reply streams in, the next recall's lookup started as soon as the reply tells
         what recall will ask about (its thought, once a command is named), while the rest of it comes."""
-        text: list[str] = []
-        arguments: list[str] = []
-        tool = ""
-        started = False
+        reply, started = ReplySoFar(), False
 
         def on_piece(piece: str) -> None:
-            nonlocal tool, started
+            nonlocal started
             shown(piece)
             if started:
                 return
-            if getattr(piece, "tool", None):
-                tool = piece.tool
-                arguments.append(piece)
-            else:
-                text.append(piece)
-            thought, command, arg = partial_action("".join(text), tool, "".join(arguments))
+            reply.feed(piece)
+            thought, command, arg = reply.action()
             if command is not None:
                 started = self.memory.prefetch_early(thought, command, arg)
 
@@ -563,6 +556,7 @@ class Run:
 
 
 _runs_going = [0, 0.0]  # runs driven in this process now, and the switch interval before the first
+_switch_lock = threading.Lock()
 
 
 def _switching(change: int) -> None:
@@ -575,9 +569,6 @@ def _switching(change: int) -> None:
         _runs_going[0] += change
         if change < 0 and _runs_going[0] == 0:
             sys.setswitchinterval(_runs_going[1])
-
-
-_switch_lock = threading.Lock()
 
 
 def _rounded(seconds: float | None) -> float | None:

@@ -2,7 +2,7 @@
 
 trace.jsonl is the source of truth: one event per line, appended and flushed as the run goes, so a crash or a
 SIGKILL loses at most the step in flight; `resume` rebuilds a run's state from it. result.json is the summary,
-rewritten atomically after every step.
+rewritten atomically as the run goes (at most every half second while it runs, and at its end).
 """
 
 from __future__ import annotations

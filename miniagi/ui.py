@@ -421,9 +421,7 @@ class LiveReply:
 
     def __init__(self, terminal: Terminal, step: int | None):
         self.terminal, self.step = terminal, step
-        self.text: list[str] = []  # the reply's text (the tags or json format; the thought of a tool call)
-        self.arguments: list[str] = []  # a tool call's arguments
-        self.tool = ""
+        self.reply = ReplySoFar()
         self.started = False
         self.command: str | None = None  # shown
         self.thought_lines = self.arg_lines = 0  # shown
@@ -432,11 +430,7 @@ class LiveReply:
         self.lock = threading.RLock()  # one update at a time (the spinner's drawing does not take it)
 
     def feed(self, piece: str) -> None:
-        if getattr(piece, "tool", None):
-            self.tool = piece.tool
-            self.arguments.append(piece)
-        else:
-            self.text.append(piece)
+        self.reply.feed(piece)
         self.update()
 
     def finish(self, interrupted: bool = False) -> None:
@@ -454,7 +448,7 @@ class LiveReply:
 
     def update(self, final: bool = False, interrupted: bool = False) -> None:
         with self.lock:
-            thought, command, arg = partial_action("".join(self.text), self.tool, "".join(self.arguments))
+            thought, command, arg = self.reply.action()
             if not self.started and not (thought.strip() or command):
                 return
             thought_lines = self.terminal.shown(thought).split("\n")
@@ -507,6 +501,27 @@ class LiveReply:
 
     def _print(self, text: str, style: str) -> None:
         self.terminal.console.print(Text(text, style=style))
+
+
+class ReplySoFar:
+    """A reply still streaming in, as far as it came: its text (the tags or json format; the thought of a tool call)
+    and a tool call's name and arguments."""
+
+    def __init__(self):
+        self.text: list[str] = []
+        self.arguments: list[str] = []
+        self.tool = ""
+
+    def feed(self, piece: str) -> None:
+        if getattr(piece, "tool", None):
+            self.tool = piece.tool
+            self.arguments.append(piece)
+        else:
+            self.text.append(piece)
+
+    def action(self) -> tuple[str, str | None, str]:
+        """partial_action of what came so far."""
+        return partial_action("".join(self.text), self.tool, "".join(self.arguments))
 
 
 # what a reply still streaming in holds so far, in each format
