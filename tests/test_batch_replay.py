@@ -8,7 +8,9 @@ import signal
 import subprocess
 import sys
 
-from .conftest import act, one_line, run_dirs
+import pytest
+
+from .conftest import act, ip_address, one_line, run_dirs
 from .fake_llm import Fail, Hang
 
 
@@ -191,9 +193,33 @@ def test_the_example_in_the_readme_replays_on_a_machine_with_no_api_key(cli, iso
     assert (isolated.work / "fibonacci.txt").read_text().splitlines()[-1] == "30 832040"
 
 
+def listening_sockets() -> dict[str, set[str]]:
+    """Every listening TCP socket and bound UDP socket in this network namespace, by the name of its process."""
+    import psutil
+
+    found: dict[str, set[str]] = {}
+    for connection in psutil.net_connections(kind="inet"):
+        if connection.status in (psutil.CONN_LISTEN, psutil.CONN_NONE) and connection.laddr:
+            try:
+                name = psutil.Process(connection.pid).name() if connection.pid else "?"
+            except psutil.NoSuchProcess:
+                continue
+            found.setdefault(name, set()).add(f"{connection.laddr.ip}:{connection.laddr.port}")
+    return found
+
+
+@pytest.mark.own_network  # a local Ray instance listens on the machine's address: here there is only loopback
 def test_a_batch_spreads_over_a_ray_cluster(cli, llm, isolated):
-    llm.responder = Scripted({"first on ray": [act("done", "one")], "second on ray": [act("done", "two")],
-                              "third on ray": [act("done", "three")]})
+    scripted = Scripted({"first on ray": [act("done", "one")], "second on ray": [act("done", "two")],
+                         "third on ray": [act("done", "three")]})
+    listening: dict[str, set[str]] = {}
+
+    def answer(request):  # a run asks the model from inside its Ray task: Ray's processes are all up now
+        for name, addresses in listening_sockets().items():
+            listening.setdefault(name, set()).update(addresses)
+        return scripted(request)
+
+    llm.responder = answer
     (isolated.work / "jobs.txt").write_text("first on ray\nsecond on ray\nthird on ray\n")
     proc = cli("batch", "jobs.txt", "--workers", "2", "--ray", timeout=240, process=True)  # a local Ray instance
     assert proc.returncode == 0, proc.stderr
@@ -203,3 +229,9 @@ def test_a_batch_spreads_over_a_ray_cluster(cli, llm, isolated):
     assert "Token authentication" not in proc.stderr  # our own instance: token auth, as Ray's default, said by no one
     for record in records.values():  # the runs were recorded where MINIAGI_HOME points, as any run is
         assert (isolated.home / "runs" / record["run_id"] / "result.json").is_file()
+    print("listening while the runs asked the model:")
+    for name, addresses in sorted(listening.items()):
+        print(f"  {name}: {' '.join(sorted(addresses))}")
+    assert {"gcs_server", "raylet"} <= set(listening), listening  # Ray's own processes were seen listening
+    assert all(ip_address(address.rsplit(":", 1)[0]).is_loopback  # ::ffff:127.0.0.1 is 127.0.0.1 on an IPv6 socket
+               for addresses in listening.values() for address in addresses), listening

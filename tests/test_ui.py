@@ -144,6 +144,7 @@ def test_the_batch_and_memory_pages(cli, llm, isolated, ui, tmp_path):
     assert HOSTILE not in memory
 
 
+@pytest.mark.own_network  # it listens on every interface: here loopback is the only one
 def test_ui_warns_when_it_listens_beyond_this_machine(cli):
     with socket.socket() as taken:  # a port in use: the server cannot start, so the command ends at once
         taken.bind(("0.0.0.0", 0))
