@@ -114,12 +114,51 @@ def pytest_configure(config):
     guard_sockets()
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_pyfunc_call(pyfuncitem):
-    if pyfuncitem.get_closest_marker("own_network") is None or only_loopback():
-        return None  # an ordinary test, or already in a network of its own: it runs here
-    run_in_own_network(pyfuncitem)
-    return True
+def pytest_collection_modifyitems(items):
+    """Each test marked own_network (and each that drives Chromium, which asks Google's update, account and autofill
+    services as it starts) is replaced here by one that runs it in a network of its own, fixtures and all, unless
+    this process is in such a network already."""
+    if only_loopback():
+        return
+    for index, item in enumerate(items):
+        if "browser" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.own_network)
+        if item.get_closest_marker("own_network") is not None:
+            items[index] = InOwnNetwork.from_parent(item.parent, name=item.name, original=item)
+
+
+class InOwnNetwork(pytest.Item):
+    """A test run as a pytest of its own in a new network namespace that holds only loopback: what it starts
+    cannot use the machine's address, as there is none. Its fixtures are set up there, not here. Where no namespace
+    can be made it is skipped, with the reason, never run on the machine's network."""
+
+    def __init__(self, *, original: pytest.Item, **kwargs):
+        super().__init__(**kwargs)
+        self.original = original
+        self.own_markers = list(original.own_markers)
+
+    def reportinfo(self):
+        return self.original.reportinfo()
+
+    def runtest(self) -> None:
+        command = new_network()
+        if isinstance(command, str):
+            pytest.skip(f"{command}: this test runs in a network of its own only (what it starts would use the "
+                        "machine's network address)")
+        with tempfile.TemporaryDirectory() as scratch:
+            report = Path(scratch) / "report.xml"
+            proc = subprocess.run([*command, sys.executable, "-m", "pytest", "-q", "-n", "0", "-p",
+                                   "no:cacheprovider", "-rP", f"--junitxml={report}", self.nodeid],
+                                  cwd=self.config.rootpath, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                  timeout=900)
+            case = ElementTree.parse(report).getroot().find(".//testcase") if report.exists() else None
+        print(proc.stdout, proc.stderr, sep="\n")  # the inner run's report: shown with -s or -rP
+        if case is None:
+            pytest.fail(f"the test did not run in its network namespace:\n{proc.stdout}{proc.stderr}", pytrace=False)
+        if case.find("skipped") is not None:
+            pytest.skip(case.find("skipped").get("message", ""))
+        if case.find("failure") is not None or case.find("error") is not None or proc.returncode != 0:
+            pytest.fail(f"in its network namespace:\n{proc.stdout[-6000:]}", pytrace=False)
 
 
 @functools.cache
@@ -133,29 +172,6 @@ def new_network() -> list[str] | str:
         if probe.returncode == 0:
             return [*unshare, "--", "sh", "-c", 'ip link set lo up && exec "$@"', "sh"]
     return f"cannot make a network namespace here ({probe.stderr.strip() or probe.returncode})"
-
-
-def run_in_own_network(item) -> None:
-    """The test again, as a pytest of its own in a new network namespace holding only loopback: what it starts
-    cannot use the machine's address, as there is none. Where no namespace can be made the test is skipped, never
-    run on the machine's network."""
-    command = new_network()
-    if isinstance(command, str):
-        pytest.skip(f"{command}: this test runs in a network of its own only (its programs would use the "
-                    "machine's network address)")
-    with tempfile.TemporaryDirectory() as scratch:
-        report = Path(scratch) / "report.xml"
-        proc = subprocess.run([*command, sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider",
-                               "-rP", f"--junitxml={report}", item.nodeid], cwd=item.config.rootpath,
-                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=900)
-        case = ElementTree.parse(report).getroot().find(".//testcase") if report.exists() else None
-    print(proc.stdout, proc.stderr, sep="\n")  # the inner run's report: shown with -s or -rP
-    if case is None:
-        pytest.fail(f"the test did not run in its network namespace:\n{proc.stdout}{proc.stderr}", pytrace=False)
-    if case.find("skipped") is not None:
-        pytest.skip(case.find("skipped").get("message", ""))
-    if case.find("failure") is not None or case.find("error") is not None or proc.returncode != 0:
-        pytest.fail(f"in its network namespace:\n{proc.stdout[-6000:]}", pytrace=False)
 
 
 def one_line(stderr: str) -> bool:
