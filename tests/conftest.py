@@ -14,8 +14,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from xml.etree import ElementTree
 from types import SimpleNamespace
+from xml.etree import ElementTree
 
 import pytest
 
@@ -31,7 +31,8 @@ SETTING_NAMES = {name for option in OPTIONS for name in option.env_names}
 # included) a connection, a datagram, a name lookup or a listening socket beyond loopback is refused before any
 # packet leaves, and the test that tried fails even when the code under test took the error in its stride. The
 # programs a test starts are not watched from here: a test whose programs would use the machine's own address (a
-# local Ray instance does) is marked `own_network` and runs in a network namespace holding only loopback.
+# local Ray instance does) or reach beyond it (Chromium does) is marked `own_network` and runs in a network namespace
+# holding only loopback.
 
 class LeftLoopback(OSError):
     """What a test gets instead of reaching beyond loopback."""
@@ -100,7 +101,7 @@ def guard_sockets() -> None:
 
 
 @pytest.fixture(autouse=True)
-def loopback_only():
+def stays_on_loopback():
     yield
     if reached_beyond:
         tried = "; ".join(dict.fromkeys(reached_beyond))
