@@ -34,7 +34,7 @@ from .redaction import redact_data
 from .services import Services
 from .state import RunState
 from .trust import resume_flags
-from .ui import ReplySoFar, plural
+from .ui import plural
 from .stops import EXIT_CODES, Ending, LimitReached, Stop, Stuck, Submitted, TooManyFormatErrors, ending_for
 from .websearch import SearchResult
 from .workspace import RunWorkspace
@@ -448,7 +448,7 @@ class Run:
     def _looking_ahead(self, shown: Callable[[str], None]) -> Callable[[str], None]:
         """`shown`, and, as the agent's reply streams in, the next recall's lookup started as soon as the reply tells
         what recall will ask about (its thought, once a command is named), while the rest of it comes."""
-        reply, started = ReplySoFar(), False
+        reply, started = self.services.protocol.reading(), False
 
         def on_piece(piece: str) -> None:
             nonlocal started
@@ -456,9 +456,9 @@ class Run:
             if started:
                 return
             reply.feed(piece)
-            thought, command, arg = reply.action()
-            if command is not None:
-                started = self.memory.prefetch_early(thought, command, arg)
+            so_far = reply.partial()
+            if so_far.command is not None:
+                started = self.memory.prefetch_early(so_far.thought, so_far.command, so_far.arg)
 
         return on_piece
 
