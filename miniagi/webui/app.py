@@ -15,7 +15,9 @@ page hang.
 
 from __future__ import annotations
 
+import functools
 import subprocess
+import time
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -131,6 +133,7 @@ def create_app(home: Path, redact=lambda text: text, host: str = "127.0.0.1", to
                              folder=folder, started=started, took=took,
                              workdirs=bench.workdirs, protocols=PROTOCOLS)
     templates.filters["redact"] = lambda text: redact(str(text)) if text is not None else ""
+    templates.filters["markdown"] = markdown
 
     def page(name: str, _status: int = 200, **values) -> HTMLResponse:
         return HTMLResponse(templates.get_template(name).render(**values), status_code=_status)
@@ -179,6 +182,20 @@ def create_app(home: Path, redact=lambda text: text, host: str = "127.0.0.1", to
 
     controls, steer_routes = steering(bench, store, token, templates, page, redact)
 
+    def live_view(run_id: str, result: dict, events: list[ev.Event], stream: dict | None) -> str:
+        """What the run is doing now: the reply streaming in; what its command prints as it prints it, with the
+        time it has run; and, once stopped, what it printed until then (no observation records it)."""
+        running = result.get("status", "running") == "running"
+        printed = bench.printed(run_id)
+        if printed is not None:
+            observed = any(isinstance(e, ev.Observation) and e.step == printed.get("step") for e in events)
+            printed = dict(printed, running=running and printed.get("running"))
+            if observed or (running and not printed["running"]):
+                printed = None
+            elif printed["running"]:
+                printed["elapsed"] = f"{max(0.0, time.time() - float(printed.get('started') or 0)):.0f} s"
+        return templates.get_template("live.html").render(stream=stream, printed=printed)
+
     def runs_list(request: Request):
         status, query = request.query_params.get("status") or None, request.query_params.get("q", "").strip()
         runs = [r for r in store.results(status) if query.lower() in str(r.get("objective", "")).lower()]
@@ -206,8 +223,10 @@ def create_app(home: Path, redact=lambda text: text, host: str = "127.0.0.1", to
             return page("missing.html", _status=404, message=message, log=log)
         result = live_result(record.read_result(), events)
         html, used = render_events(events, result.get("status", "running") == "running")
+        control = controls(record.run_id, result)
         return page("run.html", run_id=record.run_id, result=result, events_html=Markup(html), count=used,
-                    chart=chart(usage(events)), control=controls(record.run_id, result))
+                    chart=chart(usage(events)), control=control,
+                    live_html=Markup(live_view(record.run_id, result, events, control["stream"])))
 
     def run_events(request: Request):
         """What came since event N, rendered, for a page watching a running run."""
@@ -227,7 +246,7 @@ def create_app(home: Path, redact=lambda text: text, host: str = "127.0.0.1", to
                              "chart": str(chart(usage(events))),
                              "meta": templates.get_template("meta.html").render(result=result),
                              "control": control["html"], "control_key": control["key"], "live": control["live"],
-                             "stream": control["stream"],
+                             "now": live_view(record.run_id, result, events, control["stream"]),
                              "answer": redact(result["answer"]) if result.get("answer") is not None else None})
 
     def memory_page(request: Request):
@@ -272,6 +291,20 @@ def live_result(result: dict, events: list[ev.Event]) -> dict:
     if not result.get("replay_of"):
         live["llm_calls"] = max(result.get("llm_calls") or 0, len(calls))
     return live
+
+
+def markdown(text: str) -> Markup:
+    """A model's Markdown as HTML, safely: raw HTML in it is shown as text, links only to http(s), mailto or a
+    page of this UI (markdown-it's own check), and no images (one would be fetched the moment the page shows it,
+    carrying whatever its address holds to another server)."""
+    return Markup(_markdown().render(str(text)))
+
+
+@functools.cache
+def _markdown():
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark", {"html": False}).disable("image")
 
 
 def usage(events: list[ev.Event]) -> list[tuple[int, int, float]]:

@@ -48,7 +48,7 @@ def steering(bench: Workbench, store: RunStore, token: str, templates: Environme
                                         values["follow"], values["resume"], values["chat_next"]))
         return {"html": templates.get_template("control.html").render(**values), "key": key,
                 "live": session is not None,
-                "stream": redact(session.channel.streaming()) if session is not None and status == "running" else ""}
+                "stream": session.channel.streaming() if session is not None and status == "running" else None}
 
     async def form_of(request: Request):
         form = await checked_form(request, token)

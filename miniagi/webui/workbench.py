@@ -142,6 +142,14 @@ class Workbench:
                 return session
         return None
 
+    def printed(self, run_id: str) -> dict | None:
+        """What the last command of this run printed as this UI followed it (kept after it ends or is stopped)."""
+        for session in reversed(list(self.sessions.values())):
+            if run_id in session.runs():
+                printed = session.channel.printed()
+                return printed if printed is not None and printed.get("run_id") == run_id else None
+        return None
+
     def close(self) -> None:
         """The UI is stopping: its runs are stopped as Ctrl-C stops them (state saved), chats end."""
         for session in self.sessions.values():

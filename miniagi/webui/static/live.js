@@ -1,5 +1,6 @@
 // A run's page follows its trace: while it runs (or while this UI drives it) it asks every half second for the
-// events since the last it has, appends them (rendered and escaped by the server), shows the reply streaming in,
+// events since the last it has, appends them (rendered and escaped by the server), shows the reply streaming in and
+// what its command prints (both rendered by the server),
 // and swaps in the run's controls (a question, Stop, follow up, resume) when they change. No reload. A run that
 // is gone (refused at its first request: not kept) says so, with what its process said, and the polling stops.
 (function () {
@@ -35,9 +36,7 @@
         status = data.status;
         live = data.live;
         document.getElementById("meta").innerHTML = data.meta;
-        const stream = document.getElementById("stream");
-        stream.textContent = data.stream;
-        stream.hidden = !data.stream;
+        document.getElementById("now").innerHTML = data.now;  // rendered and escaped by the server
         if (data.answer !== null && data.answer !== undefined) {
           const answer = document.getElementById("answer");
           if (!answer.querySelector("pre")) {
