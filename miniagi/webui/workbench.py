@@ -17,10 +17,11 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..protocols import formats
 from ..runs import miniagi_command
 from .control import Channel
 
-PROTOCOLS = ("tags", "tools", "json")
+PROTOCOLS = tuple(formats())  # the reply formats a page may choose: the table of formats
 LOG_TAIL = 4000  # characters of a failed start's stderr shown
 
 

@@ -29,7 +29,14 @@
       if (response.ok) {
         const data = await response.json();
         if (data.count > count) {
-          box.insertAdjacentHTML("beforeend", data.html);
+          const chunk = document.createElement("template");
+          chunk.innerHTML = data.html;  // rendered and escaped by the server
+          // a step begun again after a resume is shown once: as it is done now
+          chunk.content.querySelectorAll("section.step[id]").forEach((step) => {
+            const before = box.querySelector(`section.step[id="${step.id}"]`);
+            if (before) before.remove();
+          });
+          box.append(chunk.content);
           count = data.count;
           document.getElementById("chart").innerHTML = data.chart;
         }
@@ -39,11 +46,8 @@
         document.getElementById("now").innerHTML = data.now;  // rendered and escaped by the server
         if (data.answer !== null && data.answer !== undefined) {
           const answer = document.getElementById("answer");
-          if (!answer.querySelector("pre")) {
-            const title = document.createElement("h2"), text = document.createElement("pre");
-            title.textContent = "answer";
-            text.textContent = data.answer;
-            answer.replaceChildren(title, text);
+          if (!answer.querySelector(".text")) {  // the answer's Markdown, rendered (raw HTML off) by the server
+            answer.innerHTML = `<h2>answer</h2><div class="text">${data.answer}</div>`;
             answer.className = "answer";
           }
         }
