@@ -50,6 +50,9 @@ def test_what_running_code_prints_is_on_the_page_as_it_prints_and_stays_after_st
     assert "running ·" in text_of(browser, "output") and status(browser) == "running"
     assert "observation" not in text_of(browser, "events")  # the step has not ended
     shown = text_of(browser, "output")
+    browser.set_window_size(1280, 900)
+    browser.execute_script("document.getElementById('output').scrollIntoView({block: 'end'})")
+    screenshot(browser, "running")
     button(browser, "Stop").click()
     wait_for(lambda: status(browser) == "interrupted", "the run is stopped")
     wait_for(lambda: "stopped: what it printed until then" in text_of(browser, "output"), "the lines stay")
@@ -109,7 +112,9 @@ def test_a_follow_up_reads_as_one_conversation(llm, isolated, bench, browser):
     first = start(browser, bench, "What is six times seven?", yes=True)
     wait_for(lambda: status(browser) == "done", "the first run ends")
     answer = text_of(browser, "answer")
-    assert "The answer is 42." in answer and answer.count("The answer is") == 1  # once, as Markdown
+    assert "The answer is 42." in answer and answer.count("The answer is") == 1, (
+        browser.execute_script("return document.getElementById('answer').outerHTML"),
+        bench.client.get(f"{bench}/runs/{first}/events?after=0").json()["answer"])
     assert present(browser, "//section[@id='answer']//strong[normalize-space()='42']")
     assert "<script>" in answer and browser.title != "owned"  # the model's HTML is text, never run
     assert main_text(browser).count("The answer is 42.") == 1  # the done step does not repeat it
@@ -119,12 +124,15 @@ def test_a_follow_up_reads_as_one_conversation(llm, isolated, bench, browser):
     wait_for(lambda: "/runs/" in browser.current_url and not browser.current_url.endswith(first), "the follow-up")
     second = on_run_page(browser)
     wait_for(lambda: status(browser) == "done", "the follow-up ends")
+    # the follow-up box at the end, once its process has gone (until then the run is still driven from here)
+    wait_for(lambda: present(browser, "//textarea[@name='followup']"), "the follow-up is offered")
     earlier = text_of(browser, "earlier")
     assert "What is six times seven?" in earlier and "The answer is 42." in earlier  # the first objective and answer
     page = main_text(browser)
     assert page.index("What is six times seven?") < page.index("And twice that?") < page.index("Times two it is 84.")
-    assert present(browser, "//textarea[@name='followup']")  # the follow-up box at the end
     assert page.index("Times two it is 84.") < page.index("follow up")
+    assert "stopped" not in page and not present(browser, "//*[@id='output']")  # nothing was stopped
+    browser.set_window_size(1280, 1500)
     screenshot(browser, "conversation")
     browser.get(f"{bench}/runs/{first}")  # the first run's page shows the rest of the conversation, and is followed
     assert "Times two it is 84." in text_of(browser, "later")  # up from its newest run

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -261,7 +262,7 @@ def create_app(home: Path, redact=lambda text: text, host: str = "127.0.0.1", to
         if printed is not None:
             observed = any(isinstance(e, ev.Observation) and e.step == printed.get("step") for e in events)
             printed = dict(printed, running=running and printed.get("running"))
-            if observed or (running and not printed["running"]):
+            if observed or (running and not printed["running"]) or result.get("status") == "done":
                 printed = None
             elif printed["running"]:
                 printed["elapsed"] = f"{max(0.0, time.time() - float(printed.get('started') or 0)):.0f} s"
@@ -390,14 +391,23 @@ def markdown(text: str) -> Markup:
     """A model's Markdown as HTML, safely: raw HTML in it is shown as text, links only to http(s), mailto or a
     page of this UI (markdown-it's own check), and no images (one would be fetched the moment the page shows it,
     carrying whatever its address holds to another server)."""
-    return Markup(_markdown().render(str(text)))
+    with _MARKDOWN_LOCK:  # the first call builds it, once
+        renderer = _markdown()
+    return Markup(renderer.render(str(text)))
+
+
+_MARKDOWN_LOCK = threading.Lock()
 
 
 @functools.cache
 def _markdown():
+    """One renderer, its rule chains compiled before any page uses it: markdown-it compiles them on first use, and
+    two threads doing that at once could see a half-built chain (an answer rendered empty)."""
     from markdown_it import MarkdownIt
 
-    return MarkdownIt("commonmark", {"html": False}).disable("image")
+    renderer = MarkdownIt("commonmark", {"html": False}).disable("image")
+    renderer.render("# a\n\n*b* `c` [d](http://e)\n\n- f\n\n> g\n\n```\nh\n```\n")
+    return renderer
 
 
 def usage(events: list[ev.Event]) -> list[tuple[int, int, float]]:

@@ -161,7 +161,7 @@ class PrintedSoFar:
 
     def _flush(self) -> None:
         with self.lock:
-            if not self.changed:
+            if not self.changed or not self.view["lines"]:  # a command that prints nothing leaves no view
                 return
             self.changed = False
             view = dict(self.view)
