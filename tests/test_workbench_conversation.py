@@ -119,6 +119,7 @@ def test_a_follow_up_reads_as_one_conversation(llm, isolated, bench, browser):
     assert "<script>" in answer and browser.title != "owned"  # the model's HTML is text, never run
     assert main_text(browser).count("The answer is 42.") == 1  # the done step does not repeat it
     llm.add(act("done", "Times two it is 84."))
+    wait_for(lambda: present(browser, "//textarea[@name='followup']"), "a finished run offers a follow-up")
     type_into(browser, "followup", "And twice that?")
     button(browser, "Follow up").click()
     wait_for(lambda: "/runs/" in browser.current_url and not browser.current_url.endswith(first), "the follow-up")
@@ -137,6 +138,11 @@ def test_a_follow_up_reads_as_one_conversation(llm, isolated, bench, browser):
     browser.get(f"{bench}/runs/{first}")  # the first run's page shows the rest of the conversation, and is followed
     assert "Times two it is 84." in text_of(browser, "later")  # up from its newest run
     assert not present(browser, "//textarea[@name='followup']") and second in text_of(browser, "control")
+    browser.set_window_size(1280, 900)  # the runs table at 1280 px: no id wraps
+    browser.get(f"{bench}/")
+    assert browser.execute_script("return [...document.querySelectorAll('table.runs td:first-child a')]"
+                                  ".every(a => a.getClientRects().length === 1)")
+    screenshot(browser, "runs-1280")
 
 
 def test_each_step_opens_what_the_model_saw(llm, isolated, browser):
