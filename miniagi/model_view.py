@@ -5,7 +5,8 @@ labels, the steps in view. `miniagi show RUN_ID --prompt N` and the web page's "
 Cheap on disk by construction: each prompt begins with all of the one before but its tail, so each distinct
 message is written once (a line {"id", "message"}) and a call is a line naming its messages in order
 ({"step", "messages": [ids], "covers"}): the system prompt is written once per run, the head when steps leave the
-view, and each step's reply and observation once (the newest observation a second time, with the tail).
+view, and each step's reply and observation once. The newest observation goes out with the tail appended; in the
+next prompt, without it, it is written as that message cut short ({"id", "cut_of": id, "chars": n}), not again.
 """
 
 from __future__ import annotations
@@ -34,16 +35,19 @@ class PromptLog:
         self.path = Path(folder) / FILE
         self.redact = redact
         self.written: set[str] = set()  # message ids already in the file (this process's; a resume writes anew)
+        self.tailed: tuple[str, dict] | None = None  # the last message of the prompt before, with its tail
 
     def add(self, step: int, messages: list[dict], covers: dict) -> None:
-        lines = []
-        ids = []
-        for message in redact_data(self.redact, messages):
+        lines, ids = [], []
+        messages = redact_data(self.redact, messages)
+        for message in messages:
             key = message_id(message)
             ids.append(key)
             if key not in self.written:
                 self.written.add(key)
-                lines.append({"id": key, "message": message})
+                lines.append(self._line(key, message))
+        if ids:
+            self.tailed = (ids[-1], messages[-1])
         lines.append({"step": step, "messages": ids, "covers": covers})
         data = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines).encode("utf-8")
         try:
@@ -53,6 +57,17 @@ class PromptLog:
                 handle.write(data)
         except OSError:  # only a view of the run: the run goes on without it
             pass
+
+    def _line(self, key: str, message: dict) -> dict:
+        """A message as written: whole, or as the tailed message before it cut short, when that is what it is."""
+        if self.tailed is not None:
+            tailed_key, tailed = self.tailed
+            content, whole = str(message.get("content") or ""), str(tailed.get("content") or "")
+            same = {k: v for k, v in message.items() if k != "content"} == \
+                {k: v for k, v in tailed.items() if k != "content"}
+            if same and content and whole.startswith(content):
+                return {"id": key, "cut_of": tailed_key, "chars": len(content)}
+        return {"id": key, "message": message}
 
 
 @dataclass
@@ -93,6 +108,12 @@ def read_prompts(folder: Path, step: int | None = None) -> list[Prompt]:
                 continue
             if "message" in entry:
                 messages[str(entry.get("id"))] = entry["message"]
+                continue
+            if "cut_of" in entry:
+                whole = messages.get(str(entry["cut_of"]))
+                if whole is not None:
+                    content = str(whole.get("content") or "")[:int(entry.get("chars") or 0)]
+                    messages[str(entry.get("id"))] = dict(whole, content=content)
                 continue
             number = int(entry.get("step") or 0)
             calls[number] = calls.get(number, 0) + 1

@@ -57,7 +57,8 @@ def test_show_prompt_prints_the_messages_sent_for_a_step_and_what_each_part_cove
     lines = [json.loads(line) for line in kept.splitlines()]
     assert [line["message"]["role"] for line in lines if "message" in line].count("system") == 1
     distinct = {json.dumps(m, sort_keys=True) for messages in sent for m in messages}
-    assert len([line for line in lines if "message" in line]) == len(distinct)
+    assert len([line for line in lines if "message" in line or "cut_of" in line]) == len(distinct)
+    assert [line for line in lines if "cut_of" in line]  # an observation without its tail: the one before, cut
     assert len([line for line in lines if "step" in line]) == len(sent)
 
     missing = cli("show", run.name, "--prompt", "99")
