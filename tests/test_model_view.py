@@ -78,3 +78,52 @@ def test_a_recalled_item_and_a_secret_in_the_model_view(cli, llm, isolated):
     recalled = [line for line in shown.stdout.splitlines() if "recalled item" in line]
     assert recalled and "run " in recalled[0], shown.stdout  # labelled with the run it came from
     assert SECRET not in (second / "prompts.jsonl").read_text()
+
+
+def _prompts():
+    """Prompts shaped as the context builds them: the same system prompt, a head, steps in view, and the newest
+    observation with a tail; steps leave the view now and then; a secret may be anywhere."""
+    from hypothesis import strategies as st
+
+    text = st.text(alphabet="abc xyz\n" + SECRET[:6], max_size=30)
+
+    @st.composite
+    def build(draw):
+        prompts, steps = [], []
+        for number in range(1, draw(st.integers(1, 8)) + 1):
+            if steps and draw(st.booleans()):
+                steps = steps[draw(st.integers(1, len(steps))):]  # left the view
+            head = draw(text) + (SECRET if draw(st.booleans()) else "")
+            messages = [{"role": "system", "content": "the system prompt"}, {"role": "user", "content": head}]
+            for reply, observation in steps:
+                messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": observation}]
+            messages[-1] = dict(messages[-1], content=messages[-1]["content"] + "\n\n" + draw(text) + "Go on.")
+            prompts.append((number, messages))
+            steps.append((draw(text) or "r", draw(text) + f"obs {number}"))
+        return prompts
+
+    return build()
+
+
+def test_the_kept_prompts_read_back_exactly_as_sent_redacted(tmp_path):
+    from hypothesis import HealthCheck, given, settings
+
+    from miniagi.model_view import PromptLog, read_prompts
+
+    def redact(text: str) -> str:
+        return text.replace(SECRET, "[REDACTED]")
+
+    @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(prompts=_prompts())
+    def check(prompts):
+        folder = tmp_path / f"run-{len(list(tmp_path.iterdir()))}"
+        folder.mkdir()
+        log = PromptLog(folder, redact)
+        for number, messages in prompts:
+            log.add(number, messages, {"view": []})
+        read = read_prompts(folder)
+        assert [[{"role": p.role, "content": p.content} for p in prompt.parts] for prompt in read] == \
+            [[dict(m, content=redact(m["content"])) for m in messages] for _, messages in prompts]
+        assert SECRET not in (folder / "prompts.jsonl").read_text()
+
+    check()
