@@ -335,7 +335,8 @@ def create_app(home: Path, redact=lambda text: text, host: str = "127.0.0.1", to
             step = int(request.path_params["step"])
         except (ConfigError, ValueError) as exc:
             return refused(404, str(exc))
-        return page("prompt.html", run_id=record.run_id, step=step, prompts=read_prompts(record.dir, step))
+        return page("prompt.html", run_id=record.run_id, step=step, prompts=read_prompts(record.dir, step),
+                    steps=record.read_result().get("steps") or 0)
 
     def memory_page(request: Request):
         query = request.query_params.get("q", "").strip()
