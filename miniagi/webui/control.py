@@ -164,7 +164,7 @@ class PrintedSoFar:
             if not self.changed or not self.view["lines"]:  # a command that prints nothing leaves no view
                 return
             self.changed = False
-            view = dict(self.view)
+            view = dict(self.view, lines=list(self.view["lines"]))  # the reader thread appends to the list
         self.channel.output(view)
 
 
