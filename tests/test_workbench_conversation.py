@@ -61,6 +61,8 @@ def test_what_running_code_prints_is_on_the_page_as_it_prints_and_stays_after_st
         assert line in after
     browser.get(f"{bench}/runs/{run_id}")  # and after a reload
     assert "gauge reading 2" in text_of(browser, "output")
+    with serve_ui(isolated.home, workdirs=[isolated.work], environ=bench.app.workbench.environ) as later:
+        assert "gauge reading 2" in later.client.get(f"{later}/runs/{run_id}").text  # and in a UI started later
 
     # Resume comes first, with the run's own "run without asking"; the step begun again is shown once
     assert browser.execute_script(
