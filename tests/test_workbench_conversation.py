@@ -222,3 +222,39 @@ def test_a_tokens_per_second_figure_only_where_it_means_something(cli, llm, isol
     with serve_ui(isolated.home) as url:
         page = url.client.get(f"{url}/runs/{run.name}").text
     assert page.count(" tokens/s") == 1 and page.count("first token ") == 2
+
+
+def test_each_step_is_shown_once_whatever_the_trace():
+    """Generated traces: a step may be begun again (a resume after an interrupted command) any number of times; the
+    page shows each step's last attempt only, with its own replies, and every other event."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from miniagi import events as ev
+    from miniagi.webui.conversation import once_per_step
+
+    def attempt(step: int, n: int, observed: bool) -> list:
+        shown = [ev.Action(step=step, command="execute_python", arg=f"attempt {n}"),
+                 ev.ModelCall(step=step, response=f"reply {n}")]
+        return shown + ([ev.Observation(step=step, text=f"seen {n}")] if observed else [ev.Resume(step=step)])
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.lists(st.integers(1, 4), min_size=1, max_size=6))
+    def check(attempts):
+        events, n = [], 0
+        for step, tries in enumerate(attempts, 1):
+            for t in range(tries):
+                n += 1
+                events += attempt(step, n, observed=t == tries - 1)
+        shown = once_per_step(events)
+        actions = [e for e in shown if isinstance(e, ev.Action)]
+        assert [e.step for e in actions] == list(range(1, len(attempts) + 1))  # each step once, in order
+        for action in actions:  # its last attempt, and that attempt's reply
+            last = max(int(e.arg.split()[-1]) for e in events if isinstance(e, ev.Action) and e.step == action.step)
+            assert action.arg == f"attempt {last}"
+            replies = [e.response for e in shown if isinstance(e, ev.ModelCall) and e.step == action.step]
+            assert replies == [f"reply {last}"]
+        assert [e for e in shown if not isinstance(e, (ev.Action, ev.ModelCall))] == \
+            [e for e in events if not isinstance(e, (ev.Action, ev.ModelCall))]
+
+    check()

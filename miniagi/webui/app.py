@@ -35,6 +35,7 @@ from ..report import cache_rate, folder, started, took
 from ..runs import STATUSES, RunStore
 from .auth import TokenCheck, csrf_value, new_token
 from .batches import batch_routes
+from .conversation import conversation, once_per_step
 from .setup import EndpointView
 from .steering import Refused, steering
 from .workbench import PROTOCOLS, Workbench
@@ -46,7 +47,6 @@ ANY_HOST = ("0.0.0.0", "::", "")  # listening on every interface: the names it i
 RECALLED_CHARS = 400  # of each recalled text on a run page
 RATE_MIN_S = 0.5  # a tokens/s figure is shown for a reply generated over this long at least: a rate over less says
 #                  little (an instant server's "4943 tokens/s")
-THREAD_RUNS = 20  # runs of a conversation shown on either side of a run's page
 UI_TRACE_MAX_BYTES = 64 * 2**20  # a larger trace is not shown (`miniagi show` reads it)
 
 
@@ -93,24 +93,6 @@ def in_step_order(events: list[ev.Event], running: bool) -> tuple[list[ev.Event]
     if running:
         return ordered, len(events) - len(waiting)
     return ordered + waiting, len(events)
-
-
-def once_per_step(events: list[ev.Event]) -> list[ev.Event]:
-    """Each step once: a step begun again after a resume (its action interrupted before it was observed) is shown
-    as it was done, the first attempt left out with its replies."""
-    last = {}
-    for index, event in enumerate(events):
-        if isinstance(event, (ev.Action, ev.FormatError)):
-            last[event.step] = index
-    kept, dropping = [], None
-    for index, event in enumerate(events):
-        if isinstance(event, (ev.Action, ev.FormatError)):
-            dropping = event.step if last[event.step] != index else None
-        elif not isinstance(event, (ev.ModelCall, ev.Recall)):
-            dropping = None
-        if dropping is None or getattr(event, "step", None) != dropping:
-            kept.append(event)
-    return kept
 
 
 def highlight(code: str, command: str) -> Markup:
@@ -220,31 +202,6 @@ def create_app(home: Path, redact=lambda text: text, host: str = "127.0.0.1", to
                 "follows": start.follows if start else None, "status": result.get("status", "running"),
                 "steps": result.get("steps") or 0, "answer": result.get("answer"), "events_html": Markup(html)}
 
-    def conversation(run_id: str, follows: str | None) -> tuple[list[dict], list[dict]]:
-        """The runs before this one in its conversation (each a follow-up or a chat's next objective of the one
-        before), oldest first, and those after it, each the newest run that follows the one before."""
-        earlier, seen = [], {run_id}
-        while follows and follows not in seen and len(earlier) < THREAD_RUNS:
-            seen.add(follows)
-            found = turn(follows)
-            if found is None:
-                break
-            earlier.insert(0, found)
-            follows = found["follows"]
-        after: dict[str, str] = {}
-        for result in reversed(store.results()):  # oldest first: the newest follow-up of each run wins
-            if result.get("follows"):
-                after[str(result["follows"])] = result["run_id"]
-        later, current = [], run_id
-        while current in after and after[current] not in seen and len(later) < THREAD_RUNS:
-            current = after[current]
-            seen.add(current)
-            found = turn(current)
-            if found is None:
-                break
-            later.append(found)
-        return earlier, later
-
     setup = EndpointView(bench)
 
     def start_form(**values) -> dict:
@@ -295,7 +252,7 @@ def create_app(home: Path, redact=lambda text: text, host: str = "127.0.0.1", to
             return page("missing.html", _status=404, message=message, log=log)
         result = live_result(record.read_result(), events)
         follows = next((e.follows for e in events if isinstance(e, ev.RunStart)), None)
-        earlier, later = conversation(record.run_id, follows)
+        earlier, later = conversation(record.run_id, follows, store.results, turn)
         if later:  # the conversation goes on below: it is followed up from its newest run
             result = dict(result, continued_in=later[-1]["run_id"])
         html, used = render_events(record.run_id, events, result.get("status", "running") == "running")
