@@ -17,11 +17,13 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..protocols import formats
 from ..runs import miniagi_command
 from .control import Channel
 
-PROTOCOLS = ("tags", "tools", "json")
+PROTOCOLS = tuple(formats())  # the reply formats a page may choose: the table of formats
 LOG_TAIL = 4000  # characters of a failed start's stderr shown
+EARLIER_SESSIONS = 200  # session folders of earlier UIs looked through for what a stopped command printed
 
 
 @dataclass
@@ -141,6 +143,33 @@ class Workbench:
             if session.alive() and session.current() == run_id:
                 return session
         return None
+
+    def printed(self, run_id: str) -> dict | None:
+        """What the last command of this run printed as a UI followed it (kept after it ends or is stopped): from
+        the session of this UI that drove it last, else from the newest session folder of an earlier UI."""
+        channels = [session.channel for session in reversed(list(self.sessions.values()))]
+        if not any(run_id in channel.runs() for channel in channels):
+            channels = [Channel(folder) for folder in self._earlier_sessions()]
+        for channel in channels:
+            if run_id in channel.runs():
+                printed = channel.printed()
+                return printed if printed is not None and printed.get("run_id") == run_id else None
+        return None
+
+    def _earlier_sessions(self) -> list[Path]:
+        """The session folders under the home, newest first (the latest EARLIER_SESSIONS of them)."""
+        found = []
+        try:
+            folders = list((self.home / "ui").iterdir())
+        except OSError:
+            return []
+        for folder in folders:
+            try:
+                if folder.is_dir() and not folder.is_symlink():
+                    found.append((folder.stat().st_mtime, folder))
+            except OSError:  # gone meanwhile: the others still count
+                continue
+        return [folder for _, folder in sorted(found, reverse=True)[:EARLIER_SESSIONS]]
 
     def close(self) -> None:
         """The UI is stopping: its runs are stopped as Ctrl-C stops them (state saved), chats end."""
