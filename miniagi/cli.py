@@ -542,7 +542,13 @@ def cmd_ui(args: argparse.Namespace) -> int:
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"miniagi: warning: the UI listens on {args.host}: anyone who can reach this machine on port "
               f"{args.port} and has the URL below can read every run and run code as you", file=sys.stderr)
-    home = resolve_settings({"home": args.home}).home_path
+    settings = resolve_settings({"home": args.home})
+    from .trust import DotenvGuard
+    from .ui import Terminal
+
+    # the home may come from ./.env, which code of a run could have written: the same check as a run's
+    DotenvGuard(settings, os.environ).check(Terminal(interactive=sys.stdin is not None and sys.stdin.isatty()))
+    home = settings.home_path
     workdirs = [Path(d).expanduser().resolve() for d in [".", *(args.workdir or [])]]
     missing = [str(d) for d in workdirs if not d.is_dir()]
     if missing:
