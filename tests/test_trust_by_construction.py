@@ -258,3 +258,77 @@ def test_any_change_of_a_sensitive_dotenv_setting_is_asked_about(isolated, befor
         with pytest.raises(ConfigError, match=name):
             start()
     Settings()  # (nothing else to check: the refusal names the setting)
+
+
+# --- partials: the page's yes, --open, --exec-disk --------------------------------------------------------------------
+@pytest.mark.parametrize("value", ["0", "false", "off", "no", "nope", ""])
+def test_the_pages_yes_is_a_boolean_and_anything_but_yes_is_no(llm, isolated, value):
+    from .test_ui import serve_ui
+    from .test_workbench import csrf
+
+    env = dict(os.environ, OPENAI_BASE_URL=llm.url, OPENAI_API_KEY="sk-test-key-123456", MINIAGI_MEMORY_SCOPE="off")
+    llm.add(act("execute_shell", "echo ran unasked > ran.txt"), act("done", "fine"))
+    with serve_ui(isolated.home, workdirs=[isolated.work], environ=env) as bench:
+        form = {"objective": "write a file", "csrf": csrf(bench), "yes": value}
+        started = bench.client.post(bench + "/start", data=form, headers={"Origin": bench}, follow_redirects=False)
+        assert started.status_code == 303
+        (session,) = bench.app.workbench.sessions.values()
+        assert session.yes is False and "--yes" not in session.process.args
+
+
+def test_ui_open_hands_the_browser_a_file_only_the_user_can_read_not_the_token(isolated, tmp_path):
+    seen = tmp_path / "browser-argv"
+    browser = tmp_path / "browser"
+    browser.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$@\" > {seen}.part && mv {seen}.part {seen}\n")
+    browser.chmod(0o755)
+    env = dict(os.environ, BROWSER=str(browser))
+    ui = subprocess.Popen([sys.executable, "-m", "miniagi", "ui", "--port", "0", "--open"], cwd=isolated.work,
+                          env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          text=True)
+    try:
+        said = ui.stderr.readline()
+        token = said.split("token=", 1)[1].split()[0]
+        from .test_ui import wait_for
+
+        wait_for(seen.exists, "the browser to be started")
+        argv = seen.read_text()
+        assert token not in argv, "the token is on the browser's command line"
+        (opened,) = [line for line in argv.splitlines() if line.startswith("file://")]
+        path = Path(opened[len("file://"):])
+        assert token in path.read_text()
+        assert path.stat().st_mode & 0o077 == 0 and path.stat().st_uid == os.getuid()
+    finally:
+        ui.kill()
+        ui.wait()
+
+
+def allocated(folder: Path) -> int:
+    """Bytes of blocks under a folder, each file counted once however many links it has."""
+    seen = {}
+    for path in folder.rglob("*"):
+        info = path.lstat()
+        seen[(info.st_dev, info.st_ino)] = info.st_blocks * 512
+    return sum(seen.values())
+
+
+@pytest.mark.parametrize("kind", ["bwrap", "namespace"])
+def test_exec_disk_holds_within_one_command_against_instant_allocation(cli, llm, isolated, kind):
+    """One command of fallocate left 1,201 MB under a 20 MB limit: an allocation is instant, and no meter that
+    samples can catch it. fallocate is refused (EOPNOTSUPP: a program falls back to writing, which is counted), so
+    no call allocates blocks without writing them; sparse files and hard links allocate nothing, and are not
+    counted as if they did."""
+    llm.add(act("execute_shell", "for i in $(seq 60); do fallocate -l 20M f$i 2>&1; done | sort | uniq -c; "
+                                 "echo allocations tried"),
+            act("execute_python", "import os\nfd = os.open('sparse.bin', os.O_CREAT | os.O_WRONLY)\n"
+                                  "os.ftruncate(fd, 15 * 2**20)\nos.pwrite(fd, b'end', 15 * 2**20 - 3)\n"
+                                  "open('one.bin', 'wb').write(b'1' * 2**20)\n"
+                                  "for i in range(300):\n    os.link('one.bin', f'link{i}')\nprint('linked')"),
+            act("execute_shell", "echo still allowed"),
+            act("done", "ok"))
+    proc = cli("-y", "--sandbox", kind, "--exec-disk", "20", "allocate")
+    assert proc.returncode == 0, proc.stderr
+    seen = observations(trace_of(isolated.home))
+    assert "allocations tried" in seen[1], seen[1]
+    assert allocated(isolated.work) <= 20 * 2**20, f"{allocated(isolated.work) / 2**20:.0f} MB left on disk"
+    assert "linked" in seen[2] and "Stopped" not in seen[2], seen[2]  # 1 MB on disk, not 300
+    assert "still allowed" in seen[3], seen[3]
