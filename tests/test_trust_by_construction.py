@@ -85,6 +85,20 @@ def test_a_planted_dotenv_cannot_move_the_uis_home_nor_a_copy_of_the_record_star
     assert "was not used" in proc.stderr
 
 
+def test_a_batch_takes_nothing_from_a_planted_dotenv_before_the_same_check(cli, llm, isolated):
+    """A batch runs its checks itself, with the settings of ./.env: a planted MINIAGI_SANDBOX=none ran them with
+    no sandbox, though each objective's own run refused the file."""
+    from .test_batch_replay import write_batch
+
+    llm.add(act("execute_shell", "printf 'MINIAGI_SANDBOX=none\\n' > .env"), act("done", "planted"))
+    assert cli("-y", "plant").returncode == 0 and (isolated.work / ".env").is_file()
+    write_batch(isolated.work / "jobs.jsonl", [{"id": "escape", "objective": "Finish", "setup": "true",
+                                                "check": "echo escaped > ../../../escaped.txt"}])
+    proc = cli("batch", "jobs.jsonl", "-y", timeout=180, process=True)
+    assert proc.returncode == 2 and one_line(proc.stderr) and "MINIAGI_SANDBOX=none" in proc.stderr, proc.stderr
+    assert not (isolated.work / "escaped.txt").exists()
+
+
 # --- break 2: a .mcp.json that links to a trusted one, with a relative server path ------------------------------------
 def test_a_linked_mcp_json_is_judged_at_its_own_path_and_a_relative_server_against_its_own_folder(cli, llm, tmp_path):
     from miniagi.config import Settings
