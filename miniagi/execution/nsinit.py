@@ -123,9 +123,7 @@ def forbid_set_id_modes() -> None:
     setuid or setgid bit, and file capabilities (extended attributes) cannot be set. Files that code writes are
     stored under the work directory's owner (as root, the host's root): such a file would be a way in for any local
     user. Other architectures are left as they are (the docs say so)."""
-    import platform
-
-    arch = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}.get(platform.machine())
+    arch = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}.get(os.uname().machine)  # (platform: a slow import)
     if arch is None:
         return
     ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
@@ -154,9 +152,7 @@ def forbid_allocation() -> None:
     blocks without writing them. An allocation is instant, and --exec-disk's meter, which samples, could not stop
     one command of them in time (60 x 20 MB under a 20 MB limit); a program falls back to writing (glibc's
     posix_fallocate does), and what it writes is counted and capped (RLIMIT_FSIZE) like any write."""
-    import platform
-
-    arch = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}.get(platform.machine())
+    arch = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}.get(os.uname().machine)  # (platform: a slow import)
     if arch is None:
         return
     ld, jeq, ret = 0x20, 0x15, 0x06
