@@ -196,11 +196,13 @@ class DotenvGuard:
         record.save()
 
     def _given_elsewhere(self, name: str) -> bool:
-        """Whether the environment gives this setting: then the .env's line is not used, nor its removal."""
+        """Whether the environment or an option gives this setting (then its .env line is not used, nor missed):
+        the option's value is not its default."""
         if name in ENDPOINT_NAMES:
             return bool(self.environ.get(name))
-        return any(env in self.environ for option in SENSITIVE for env in OPTIONS_BY_NAME[option].env_names
-                   if name in OPTIONS_BY_NAME[option].env_names)
+        option = next(OPTIONS_BY_NAME[option] for option in SENSITIVE if name in OPTIONS_BY_NAME[option].env_names)
+        return any(env in self.environ for env in option.env_names) or \
+            getattr(self.settings, option.name) != option.default
 
     def changed(self) -> list[Path]:
         """The watched .env files whose bytes changed since the last look (each change is reported once)."""
