@@ -346,3 +346,41 @@ def test_exec_disk_holds_within_one_command_against_instant_allocation(cli, llm,
     assert allocated(isolated.work) <= 20 * 2**20, f"{allocated(isolated.work) / 2**20:.0f} MB left on disk"
     assert "linked" in seen[2] and "Stopped" not in seen[2], seen[2]  # 1 MB on disk, not 300
     assert "still allowed" in seen[3], seen[3]
+
+
+@hypothesis_settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(where=st.sampled_from(["reach", "outside", "own"]), link_to=st.sampled_from([None, "reach", "outside", "own"]),
+       said_yes=st.booleans(), changed=st.booleans())
+def test_a_file_is_trusted_only_out_of_reach_or_as_the_user_said_yes_to_it(isolated, tmp_path, where, link_to,
+                                                                           said_yes, changed):
+    """The one rule on generated placements: a file in a work directory where code ran, in the user's own
+    ~/.miniagi or elsewhere, itself or as a link to any of them; said yes to or not; changed since or not."""
+    from miniagi.trust import TrustRecord, user_home
+
+    places = {"reach": isolated.work / "code-ran-here", "outside": tmp_path / "elsewhere", "own": user_home()}
+    for folder in places.values():
+        folder.mkdir(parents=True, exist_ok=True)
+    record = TrustRecord()
+    record.ran_code_in(places["reach"])
+    name = f"f{len(list(places[where].iterdir()))}"
+    path = places[where] / name
+    target = places[link_to] / f"{name}.target" if link_to else None
+    if target is not None:
+        target.write_text("content")
+        path.symlink_to(target)
+    else:
+        path.write_text("content")
+    facts = {"content": "v1"}
+    if said_yes:
+        record.remember(path, facts)
+    if changed:
+        facts = {"content": "v2"}
+    trusted = record.judge(path, facts) == []
+    in_reach = where == "reach" or link_to == "reach"
+    own = where == "own" and link_to is None
+    if trusted:  # never a file code could have written, unless the user said yes to exactly this
+        assert own or not in_reach or (said_yes and not changed)
+    if said_yes and not changed:
+        assert trusted
+    if own:
+        assert trusted
