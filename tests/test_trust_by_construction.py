@@ -17,7 +17,9 @@ from hypothesis import HealthCheck, given, settings as hypothesis_settings, stra
 
 from .conftest import act, one_line
 from .test_mcp import PROBE, observations, trace_of
+from . import test_ui
 
+browser = test_ui.browser  # the suite's headless Chromium (a fixture)
 bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
 
@@ -384,3 +386,17 @@ def test_a_file_is_trusted_only_out_of_reach_or_as_the_user_said_yes_to_it(isola
         assert trusted
     if own:
         assert trusted
+
+
+def test_the_opening_page_takes_a_browser_into_the_ui(isolated, browser):
+    """What `ui --open` hands the browser does open the UI: the file sends it on to the tokened URL."""
+    from miniagi.webui.app import opening_page
+
+    from .test_ui import serve_ui, wait_for
+
+    with serve_ui(isolated.home) as url:
+        page = opening_page(f"{url}/?token={url.token}")
+        browser.get(page.as_uri())
+        wait_for(lambda: browser.current_url.startswith(str(url)) and "token=" not in browser.current_url,
+                 "the UI's page, its token traded for a cookie")
+        assert browser.find_elements("css selector", "textarea[name=objective]"), browser.page_source[:3000]
