@@ -400,3 +400,22 @@ def test_the_opening_page_takes_a_browser_into_the_ui(isolated, browser):
         wait_for(lambda: browser.current_url.startswith(str(url)) and "token=" not in browser.current_url,
                  "the UI's page, its token traded for a cookie")
         assert browser.find_elements("css selector", "textarea[name=objective]"), browser.page_source[:3000]
+
+
+@pytest.mark.parametrize("kind", ["bwrap", "namespace", "none"])
+def test_executed_python_cannot_allocate_without_writing_under_any_sandbox(cli, llm, isolated, kind):
+    """fallocate(2) itself, from a snippet and from a program it starts: refused (EOPNOTSUPP) under every kind, the
+    Python worker under `none` too, where no init of ours stands between the agent and the code."""
+    # FALLOC_FL_KEEP_SIZE (1): blocks past the end of the file, which RLIMIT_FSIZE does not look at
+    code = ("import ctypes, os, subprocess\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            "fd = os.open('big.bin', os.O_CREAT | os.O_WRONLY)\n"
+            "done = libc.fallocate(fd, 1, ctypes.c_long(0), ctypes.c_long(50 * 2**20))\n"
+            "print('fallocate', done, ctypes.get_errno())\n"
+            "open('child.bin', 'w').close()\n"
+            "print(subprocess.run(['fallocate', '-n', '-l', '50M', 'child.bin'], capture_output=True, text=True))")
+    llm.add(act("execute_python", code), act("done", "ok"))
+    proc = cli("-y", "--sandbox", kind, "--exec-disk", "20", "allocate")
+    assert proc.returncode == 0, proc.stderr
+    seen = observations(trace_of(isolated.home))[1]
+    assert "fallocate -1 95" in seen and "fallocate failed" in seen and "supported" in seen, seen
+    assert allocated(isolated.work) < 2**20

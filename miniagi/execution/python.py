@@ -94,6 +94,8 @@ class PythonSession:
         self.buffer = bytearray()
         self.scanned = 0
         limits = self.limits.worker_settings() if self.limits else {}
+        if self.sandbox is not None and self.sandbox.kind == "none":  # (under the others nsinit has done it)
+            limits["refuse_allocation"] = True
         try:
             self._send({"limits": limits, "tools": self.tools})
             ready = self._wait_reply(WORKER_START_S, watch=False)
