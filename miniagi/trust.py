@@ -172,7 +172,7 @@ class DotenvGuard:
         if changed:
             shown = ", ".join(f"a link to {used[name]}" if name == TARGET else f"{name} removed"
                               if used[name] == REMOVED else f"{name}={_shown(name, used[name])}" for name in changed)
-            what = (f"{self.path} sets {shown}: new or changed since miniagi last used this file, and code that a "
+            what = (f"{self.path}: {shown} — new or changed since miniagi last used this file, and code that a "
                     "run executes can write it")
             if not getattr(ui, "interactive", False):
                 raise ConfigError(f"{what}. Confirm it by running miniagi in a terminal, or give the setting in the "
