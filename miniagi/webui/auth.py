@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import html
 import secrets
 from http.cookies import SimpleCookie
 from urllib.parse import parse_qsl, urlencode
 
-from starlette.responses import PlainTextResponse, RedirectResponse
+from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse
 
 SAFE_METHODS = ("GET", "HEAD")
 CSRF_FIELD = "csrf"
@@ -83,7 +84,14 @@ class TokenCheck:
             if not _same(query["token"], self.token):
                 return await refuse(401, "wrong token: open the URL `miniagi ui` printed", scope, receive, send)
             rest = urlencode([(k, v) for k, v in query.items() if k != "token"])
-            response = RedirectResponse(scope.get("path", "/") + (f"?{rest}" if rest else ""), status_code=303)
+            target = scope.get("path", "/") + (f"?{rest}" if rest else "")
+            if headers.get("sec-fetch-site") == "cross-site":  # from the page `ui --open` hands the browser (a
+                # file): a redirect goes on as that navigation, which a SameSite=Strict cookie is not sent with;
+                # a page of the UI's own moves on from here
+                response = HTMLResponse(f'<!doctype html><meta http-equiv="refresh" content="0;url='
+                                        f'{html.escape(target, quote=True)}">')
+            else:
+                response = RedirectResponse(target, status_code=303)
             response.set_cookie(cookie_name(scope), self.token, httponly=True, samesite="strict", path="/")
             return await response(scope, receive, send)
         by_cookie = cookie is not None and _same(cookie.value, self.token)
