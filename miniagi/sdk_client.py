@@ -353,25 +353,25 @@ def _read_stream(stream, limits: Limits, cap: int, on_piece) -> Reply:
         for chunk in stream:
             now = time.monotonic()
             try:
-                delta, finish_reason = _as_openai_chunk(chunk, seen)
+                firsts = _as_openai_chunk(chunk, seen)
+                # what this chunk adds, read before accumulate_delta keeps (and then extends) the chunk's own parts
+                text = "".join(_content(delta.get("content")) for delta, _ in firsts)
+                called = "".join(_call_arguments(delta) for delta, _ in firsts)
+                thinking = any(_thinking(delta) for delta, _ in firsts)
                 if not completion:
                     completion["model"] = chunk.get("model")
                 if chunk.get("usage") is not None:
                     completion["usage"] = chunk["usage"]
-                if finish_reason:
-                    completion["finish_reason"] = finish_reason
-                if delta is not None:
+                for delta, finish_reason in firsts:
                     accumulate_delta(message, delta)
+                    if finish_reason:
+                        completion["finish_reason"] = finish_reason
             except (TypeError, AttributeError, KeyError, IndexError, ValueError, AssertionError, RuntimeError) as exc:
                 raise BadResponse(f"the model endpoint sent a chunk that is not a chat completion chunk "
                                   f"({type(exc).__name__}: {str(exc)[:80]})") from None
             if isinstance(chunk.get("timings"), dict):
                 reply.timings = chunk["timings"]
-            if delta is None:
-                continue
-            text = _content(delta.get("content"))
-            called = _call_arguments(delta)
-            if text or called or _thinking(delta):
+            if text or called or thinking:
                 pieces += 1
                 reply.first_at = reply.first_at or now
                 length += len(text) + len(called)
@@ -456,25 +456,26 @@ def _take(reply: Reply, completion) -> None:
                             name if isinstance(name, str) else "", arguments or ""))
 
 
-def _as_openai_chunk(chunk, seen: dict[int, list]) -> tuple[dict | None, str | None]:
-    """A chunk's first choice as OpenAI sends it, for the SDK's accumulate_delta: (its delta, its finish_reason),
-    or (None, None) when the chunk has no first choice. Some servers send a last choice with only its
+def _as_openai_chunk(chunk, seen: dict[int, list]) -> list[tuple[dict, str | None]]:
+    """A chunk's first choice as OpenAI sends it, for the SDK's accumulate_delta: (its delta, its finish_reason)
+    for each piece of it the chunk holds (none, or more than one). Some servers send a last choice with only its
     finish_reason (no delta), the text as a list of parts, other choices beside the first."""
-    if not isinstance(chunk, dict):
-        raise TypeError(f"a chunk that is {type(chunk).__name__}")
-    choices = chunk.get("choices")
-    choice = next((c for c in choices if isinstance(c, dict) and c.get("index", 0) in (0, None)), None) \
-        if isinstance(choices, list) else None
-    if choice is None:
-        return None, None
-    delta = choice.get("delta")
-    if not isinstance(delta, dict):
-        delta = {}
-    if delta.get("content") is not None and not isinstance(delta["content"], str):
-        delta["content"] = _content(delta["content"])
-    _as_openai_sends(delta, seen)
-    finish_reason = choice.get("finish_reason")
-    return delta, finish_reason if isinstance(finish_reason, str) else None
+    if not isinstance(chunk, dict) or "choices" not in chunk:
+        raise TypeError(f"a chunk that is {type(chunk).__name__}" + (" without choices" * isinstance(chunk, dict)))
+    choices = chunk["choices"] if isinstance(chunk["choices"], list) else []
+    firsts = []
+    for choice in choices:
+        if not isinstance(choice, dict) or choice.get("index", 0) not in (0, None):
+            continue
+        delta = choice.get("delta")
+        if not isinstance(delta, dict):
+            delta = {}
+        if delta.get("content") is not None and not isinstance(delta["content"], str):
+            delta["content"] = _content(delta["content"])
+        _as_openai_sends(delta, seen)
+        finish_reason = choice.get("finish_reason")
+        firsts.append((delta, finish_reason if isinstance(finish_reason, str) else None))
+    return firsts
 
 
 def _as_openai_sends(delta: dict, seen: dict[int, list]) -> None:
