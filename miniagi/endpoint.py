@@ -1,9 +1,10 @@
 """The endpoint adapter: `OpenAIModel`, any OpenAI-compatible chat endpoint behind the model interface.
 
 The request goes out through the `openai` SDK (sdk_client.py: the SDK's client with miniagi's bounds); here are
-what is asked (the options an endpoint takes, learnt from what it refuses), the one retry policy (retry.py: rate
-limits, 5xx, dropped connections, bounded backoff, each wait told), one readable line for every error, and the reply
-made a Completion (its tokens as reported when plausible, else counted here).
+what is asked (the options an endpoint takes, learnt from what it refuses), the one retry policy (`classify`: each
+failed try a verdict, GiveUp or Retry — rate limits, 5xx, dropped connections are retried — and retry.py's bounded
+backoff, each wait told), one readable line for every error, and the reply made a Completion (its tokens as reported
+when plausible, else counted here).
 """
 
 from __future__ import annotations

@@ -342,7 +342,6 @@ def _read_stream(stream, limits: Limits, cap: int, on_piece) -> Reply:
     the SDK's own accumulate_delta (what its ChatCompletionStreamState does, less a pydantic snapshot dumped and
     rebuilt at every chunk) into the shape of a non-streamed completion, then read as one."""
     import openai
-    from openai.lib.streaming._deltas import accumulate_delta
 
     reply = Reply(streamed=True)
     completion: dict = {}
@@ -353,19 +352,7 @@ def _read_stream(stream, limits: Limits, cap: int, on_piece) -> Reply:
         for chunk in stream:
             now = time.monotonic()
             try:
-                firsts = _as_openai_chunk(chunk, seen)
-                # what this chunk adds, read before accumulate_delta keeps (and then extends) the chunk's own parts
-                text = "".join(_content(delta.get("content")) for delta, _ in firsts)
-                called = "".join(_call_arguments(delta) for delta, _ in firsts)
-                thinking = any(_thinking(delta) for delta, _ in firsts)
-                if not completion:
-                    completion["model"] = chunk.get("model")
-                if chunk.get("usage") is not None:
-                    completion["usage"] = chunk["usage"]
-                for delta, finish_reason in firsts:
-                    accumulate_delta(message, delta)
-                    if finish_reason:
-                        completion["finish_reason"] = finish_reason
+                text, called, thinking = _accumulate(chunk, seen, completion, message)
             except (TypeError, AttributeError, KeyError, IndexError, ValueError, AssertionError, RuntimeError) as exc:
                 raise BadResponse(f"the model endpoint sent a chunk that is not a chat completion chunk "
                                   f"({type(exc).__name__}: {str(exc)[:80]})") from None
@@ -397,6 +384,28 @@ def _read_stream(stream, limits: Limits, cap: int, on_piece) -> Reply:
         return reply
     _take(reply, _as_completion(completion, message))
     return reply
+
+
+def _accumulate(chunk, seen: dict[int, list], completion: dict, message: dict) -> tuple[str, str, bool]:
+    """One chunk put into what the stream has put together so far (`completion`: model, usage, finish_reason; the
+    first choice's `message`), with the SDK's accumulate_delta; what it added: (text, tool-call arguments, whether it
+    carried reasoning)."""
+    from openai.lib.streaming._deltas import accumulate_delta
+
+    firsts = _as_openai_chunk(chunk, seen)
+    # what this chunk adds, read before accumulate_delta keeps (and then extends) the chunk's own parts
+    text = "".join(_content(delta.get("content")) for delta, _ in firsts)
+    called = "".join(_call_arguments(delta) for delta, _ in firsts)
+    thinking = any(_thinking(delta) for delta, _ in firsts)
+    if not completion:
+        completion["model"] = chunk.get("model")
+    if chunk.get("usage") is not None:
+        completion["usage"] = chunk["usage"]
+    for delta, finish_reason in firsts:
+        accumulate_delta(message, delta)
+        if finish_reason:
+            completion["finish_reason"] = finish_reason
+    return text, called, thinking
 
 
 def _as_completion(completion: dict, message: dict):
