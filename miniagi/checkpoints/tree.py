@@ -1,0 +1,162 @@
+"""A work directory as checkpoints see it: each path's `Entry` (a file's mode and content, a link's target, a
+folder's mode), found by one walk that reads only the files whose stat moved since the walk before.
+
+The walk goes through directory descriptors opened without following links: a folder swapped for a link while it
+is walked is not entered, and a link is recorded as a link, never followed. Ignored folders (version control,
+dependencies, virtual environments, caches) are not entered at all."""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+# folders never kept: their own tools keep them (.git), or they are made again from what is kept (dependencies,
+# environments, caches)
+IGNORED_FOLDERS = frozenset({
+    ".git", ".hg", ".svn", ".jj", "node_modules", "__pycache__", ".venv", "venv", ".mypy_cache", ".pytest_cache",
+    ".ruff_cache", ".tox", ".nox", ".cache", ".ipynb_checkpoints", ".gradle", ".terraform",
+})
+ENVIRONMENT_MARKS = ("pyvenv.cfg", "conda-meta")  # a folder holding one of these is a virtual environment
+# timestamps come from a coarse clock: a file written again this soon after a walk may keep its stat, so such a
+# file is read again on the next walk (git's "racily clean" entries)
+RACY_NS = 50_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    kind: str  # "file", "link" or "folder"
+    mode: int = 0  # permission bits (files and folders)
+    size: int = 0  # bytes (files)
+    digest: str = ""  # sha256 of a file's content, "" when its content is not kept
+    target: str = ""  # where a link points
+    not_kept: str = ""  # why a file's content is not kept ("over 50 MB", "holds a secret", "unreadable")
+
+    def to_json(self) -> dict:
+        data: dict = {"kind": self.kind}
+        if self.kind != "link":
+            data["mode"] = self.mode
+        if self.kind == "file":
+            data.update(size=self.size, digest=self.digest)
+            if self.not_kept:
+                data["not_kept"] = self.not_kept
+        if self.kind == "link":
+            data["target"] = self.target
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict | None) -> Entry | None:
+        if data is None:
+            return None
+        return cls(str(data["kind"]), int(data.get("mode", 0)), int(data.get("size", 0)), str(data.get("digest", "")),
+                   str(data.get("target", "")), str(data.get("not_kept", "")))
+
+    def same_as(self, other: Entry | None) -> bool:
+        """Whether `other` holds the same thing. A file whose content was not kept is known by its size only."""
+        if other is None or (self.kind, self.mode, self.target) != (other.kind, other.mode, other.target):
+            return False
+        if self.kind != "file":
+            return True
+        if self.digest and other.digest:
+            return self.digest == other.digest
+        return self.size == other.size
+
+
+def signature(info: os.stat_result) -> tuple:
+    """What tells that a path may have changed without reading it."""
+    return info.st_mode, info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino
+
+
+# reads a regular file (an open descriptor, its stat, its path) into the store: its Entry
+Keep = Callable[[int, os.stat_result, str], Entry]
+
+
+@dataclass
+class Walk:
+    """What one walk found: every path's stat signature and entry, and what it left out."""
+
+    entries: dict[str, tuple[tuple, Entry]]
+    fresh: list[str]  # the paths whose entry was made anew (the others are as the walk before found them)
+    ignored: list[str]  # folders not entered
+    started_ns: int
+
+
+def walk(root: str, previous: dict[str, tuple[tuple, Entry]], keep: Keep, racy_before: int = 0) -> Walk:
+    """The tree under root. A path whose signature is as in `previous` keeps its entry, unless it was written
+    within RACY_NS of the walk before (`racy_before`: when that walk started); every other regular file is read
+    through `keep`. Sockets, FIFOs and devices are left out."""
+    started = time.time_ns()
+    entries: dict[str, tuple[tuple, Entry]] = {}
+    fresh: list[str] = []
+    ignored: list[str] = []
+    top = os.open(root, DIR_FLAGS)
+    stack: list[tuple[int, str]] = [(top, "")]
+    try:
+        while stack:
+            folder, prefix = stack.pop()
+            try:
+                with os.scandir(folder) as listing:
+                    found = list(listing)
+                if prefix and any(item.name in ENVIRONMENT_MARKS for item in found):
+                    ignored.append(prefix.rstrip("/"))
+                    entries.pop(prefix.rstrip("/"), None)
+                    continue
+                for item in found:
+                    path = prefix + item.name
+                    try:
+                        info = item.stat(follow_symlinks=False)
+                    except OSError:  # gone since the listing
+                        continue
+                    mode = info.st_mode
+                    if stat.S_ISDIR(mode):
+                        if item.name in IGNORED_FOLDERS:
+                            ignored.append(path)
+                            continue
+                        try:
+                            child = os.open(item.name, DIR_FLAGS, dir_fd=folder)
+                        except OSError:  # swapped for a link, or not ours to read
+                            continue
+                        stack.append((child, path + "/"))
+                        entries[path] = (signature(info), Entry("folder", stat.S_IMODE(mode)))
+                        fresh.append(path)
+                        continue
+                    sign = signature(info)
+                    before = previous.get(path)
+                    if before is not None and before[0] == sign and max(info.st_mtime_ns, info.st_ctime_ns) < \
+                            racy_before - RACY_NS:
+                        entries[path] = before
+                        continue
+                    if stat.S_ISLNK(mode):
+                        try:
+                            entries[path] = (sign, Entry("link", target=os.readlink(item.name, dir_fd=folder)))
+                        except OSError:
+                            continue
+                    elif stat.S_ISREG(mode):
+                        entries[path] = (sign, read_file(folder, item.name, info, path, keep))
+                    else:
+                        continue
+                    fresh.append(path)
+            finally:
+                os.close(folder)
+    finally:
+        for folder, _ in stack:
+            os.close(folder)
+    return Walk(entries, fresh, ignored, started)
+
+
+def read_file(folder: int, name: str, info: os.stat_result, path: str, keep: Keep) -> Entry:
+    try:
+        descriptor = os.open(name, FILE_FLAGS, dir_fd=folder)
+    except OSError:
+        return Entry("file", stat.S_IMODE(info.st_mode), info.st_size, not_kept="unreadable")
+    try:
+        opened = os.fstat(descriptor)
+        if not stat.S_ISREG(opened.st_mode):  # swapped since the listing
+            return Entry("file", stat.S_IMODE(info.st_mode), info.st_size, not_kept="unreadable")
+        return keep(descriptor, opened, path)
+    finally:
+        os.close(descriptor)

@@ -1,0 +1,136 @@
+"""Checkpoints as a user meets them: a real run changes files, its trace and terminal say what each step changed,
+`miniagi diff` shows it and `miniagi undo` puts the work directory back — for a resumed run, a follow-up and a batch
+objective too — and never overwrites what changed since outside the run."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+
+from .conftest import act, run_dirs
+
+
+def tree(root) -> dict[str, tuple]:
+    """Every path under root (ignored folders included) → what it is, byte for byte, modes included."""
+    found = {}
+    for folder, folders, files in os.walk(root):
+        for name in folders + files:
+            path = os.path.join(folder, name)
+            info = os.lstat(path)
+            relative = os.path.relpath(path, root)
+            if os.path.islink(path):
+                found[relative] = ("link", os.readlink(path))
+            elif os.path.isdir(path):
+                found[relative] = ("folder", info.st_mode & 0o7777)
+            else:
+                with open(path, "rb") as handle:
+                    found[relative] = ("file", info.st_mode & 0o7777, hashlib.sha256(handle.read()).hexdigest())
+        folders[:] = [f for f in folders if not os.path.islink(os.path.join(folder, f))]
+    return found
+
+
+def observations(home) -> dict[int, dict]:
+    directory = run_dirs(home)[-1]
+    events = [json.loads(line) for line in (directory / "trace.jsonl").read_text().splitlines()]
+    return {e["step"]: e for e in events if e["type"] == "observation"}
+
+
+def test_each_step_says_what_it_changed_and_undo_puts_everything_back(cli, llm, isolated):
+    work = isolated.work
+    (work / "a.txt").write_text("one\n")
+    (work / "keep").mkdir()
+    (work / "keep" / "b.txt").write_text("b\n")
+    (work / "gone.txt").write_text("to be deleted\n")
+    before = tree(work)
+    llm.add(act("execute_shell", "echo two >> a.txt && echo new > d.txt"),
+            act("execute_shell", "rm -rf keep gone.txt && chmod 755 a.txt && printf '\\000\\001' > blob.bin"),
+            act("memorize_thoughts", "nothing on disk"),
+            act("done", "ok"))
+    proc = cli("-y", "--unattended", "change files")
+    assert proc.returncode == 0, proc.stderr
+    seen = observations(isolated.home)
+    assert seen[1]["files"] == {"a.txt": "modified", "d.txt": "added"}
+    assert seen[2]["files"] == {"a.txt": "modified", "blob.bin": "added", "gone.txt": "deleted", "keep/": "deleted",
+                                "keep/b.txt": "deleted"}
+    assert seen[3]["files"] == {}
+    assert "2 files changed: a.txt, d.txt (new)" in proc.stderr
+    assert "4 files changed: a.txt, blob.bin (new), gone.txt (deleted), keep/ (deleted)" in proc.stderr
+
+    run_id = run_dirs(isolated.home)[-1].name
+    diff = cli("diff", run_id, "--step", "1")
+    assert diff.returncode == 0, diff.stderr
+    assert "+++ b/a.txt" in diff.stdout and "+two" in diff.stdout and "+new" in diff.stdout
+    whole = cli("diff", run_id)
+    assert "Binary file blob.bin changed" in whole.stdout and "\x01" not in whole.stdout
+    assert "-to be deleted" in whole.stdout and "old mode 644" in whole.stdout
+
+    refused = cli("undo", run_id)  # no terminal, no -y: it shows what it would do and changes nothing
+    assert refused.returncode == 2 and "confirm with -y" in refused.stderr
+    assert (work / "d.txt").exists()
+    undone = cli("undo", run_id, "-y")
+    assert undone.returncode == 0, undone.stderr
+    assert tree(work) == before
+
+
+def test_undo_to_a_step_and_back_again(cli, llm, isolated):
+    work = isolated.work
+    llm.add(act("execute_shell", "mkdir -p src && echo v1 > src/m.py"),
+            act("execute_shell", "echo v2 > src/m.py && ln -s src/m.py link"),
+            act("execute_shell", "rm -r src"),
+            act("done", "ok"))
+    assert cli("-y", "--unattended", "files").returncode == 0
+    run_id = run_dirs(isolated.home)[-1].name
+    assert cli("undo", run_id, "--to-step", "2", "-y").returncode == 0
+    assert (work / "src" / "m.py").read_text() == "v2\n" and os.readlink(work / "link") == "src/m.py"
+    assert cli("undo", run_id, "--to-step", "1", "-y").returncode == 0
+    assert (work / "src" / "m.py").read_text() == "v1\n" and not os.path.lexists(work / "link")
+    assert cli("undo", run_id, "--to-step", "3", "-y").returncode == 0  # forward again: as after step 3
+    assert sorted(os.listdir(work)) == ["link"]
+
+
+def test_undo_never_overwrites_a_file_changed_outside_the_run(cli, llm, isolated):
+    work = isolated.work
+    (work / "notes.txt").write_text("mine\n")
+    llm.add(act("execute_shell", "echo agent > notes.txt && echo x > other.txt"), act("done", "ok"))
+    assert cli("-y", "--unattended", "edit").returncode == 0
+    (work / "notes.txt").write_text("edited by me after the run\n")
+    run_id = run_dirs(isolated.home)[-1].name
+    proc = cli("undo", run_id, "-y")
+    assert proc.returncode == 1
+    assert "left as it is: notes.txt (changed since, outside the run)" in proc.stderr
+    assert (work / "notes.txt").read_text() == "edited by me after the run\n"
+    assert not (work / "other.txt").exists()  # the rest was undone
+
+
+def test_no_checkpoints_means_no_files_and_nothing_to_undo(cli, llm, isolated):
+    llm.add(act("execute_shell", "echo x > f.txt"), act("done", "ok"))
+    assert cli("-y", "--unattended", "--no-checkpoints", "go").returncode == 0
+    assert "files" not in observations(isolated.home)[1]
+    run_id = run_dirs(isolated.home)[-1].name
+    proc = cli("undo", run_id, "-y")
+    assert proc.returncode == 2 and "no checkpoints" in proc.stderr
+
+
+def test_a_git_work_directory_is_left_untouched(cli, llm, isolated):
+    work = isolated.work
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"]
+    subprocess.run([*git, "init", "-q"], cwd=work, check=True)
+    (work / "tracked.txt").write_text("v1\n")
+    subprocess.run([*git, "add", "tracked.txt"], cwd=work, check=True)
+    subprocess.run([*git, "commit", "-qm", "first"], cwd=work, check=True)
+    hook = work / ".git" / "hooks" / "pre-commit"  # a hook that would leave a mark if anything ran it
+    hook.write_text(f"#!/bin/sh\ntouch {isolated.home.parent / 'hook-ran'}\n")
+    hook.chmod(0o755)
+    git_before = tree(work / ".git")
+    before = tree(work)
+    llm.add(act("execute_shell", "echo v2 > tracked.txt && echo new > untracked.txt"), act("done", "ok"))
+    proc = cli("-y", "--unattended", "edit")
+    assert proc.returncode == 0, proc.stderr
+    assert ".git/ (a folder never kept)" in proc.stderr
+    assert tree(work / ".git") == git_before  # no commit, no index change
+    run_id = run_dirs(isolated.home)[-1].name
+    assert cli("undo", run_id, "-y").returncode == 0
+    assert tree(work) == before and tree(work / ".git") == git_before
+    assert not (isolated.home.parent / "hook-ran").exists()

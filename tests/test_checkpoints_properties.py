@@ -1,0 +1,155 @@
+"""The checkpoints' promise on generated inputs: whatever a run's steps do to a tree — create, edit, delete and
+rename files and folders, change modes, write binary files, make and replace symbolic links — undo to step k
+leaves exactly the tree as it was after step k, byte for byte and mode for mode, for every k, in any order."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import tempfile
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from miniagi.checkpoints import Checkpoints
+from miniagi.checkpoints.history import apply_undo, plan_undo, run_changes
+from miniagi.checkpoints.store import Store
+
+NAMES = st.sampled_from(["a", "b", "c.txt", "d", "e.bin"])
+PATHS = st.lists(NAMES, min_size=1, max_size=3).map("/".join)
+CONTENT = st.one_of(st.binary(max_size=300), st.text(max_size=200).map(str.encode),
+                    st.sampled_from([b"", b"same size 1", b"same size 2", b"\x00\xff" * 700]))
+FILE_MODES = st.sampled_from([0o644, 0o600, 0o755, 0o700, 0o444, 0o4755])
+FOLDER_MODES = st.sampled_from([0o755, 0o700, 0o555])
+OPERATIONS = st.one_of(
+    st.tuples(st.just("write"), PATHS, CONTENT),
+    st.tuples(st.just("append"), PATHS, CONTENT),
+    st.tuples(st.just("delete"), PATHS),
+    st.tuples(st.just("rename"), PATHS, PATHS),
+    st.tuples(st.just("chmod"), PATHS, FILE_MODES, FOLDER_MODES),
+    st.tuples(st.just("mkdir"), PATHS),
+    st.tuples(st.just("link"), PATHS, st.sampled_from(["a", "../outside", "d/c.txt", "/etc/passwd", "nowhere"])),
+)
+STEPS = st.lists(st.lists(OPERATIONS, max_size=6), min_size=1, max_size=6)
+
+
+def apply_operation(root: Path, operation: tuple) -> None:
+    """One operation, as code would do it; one that makes no sense for the tree as it is does nothing."""
+    kind, path = operation[0], root / operation[1]
+    try:
+        if kind in ("write", "append"):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            elif path.is_symlink():
+                path.unlink()
+            with open(path, "ab" if kind == "append" else "wb") as handle:
+                handle.write(operation[2])
+        elif kind == "delete":
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        elif kind == "rename":
+            target = root / operation[2]
+            if target.is_relative_to(path):
+                return
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target)
+            os.replace(path, target)
+        elif kind == "chmod":
+            if not path.is_symlink():
+                path.chmod(operation[3] if path.is_dir() else operation[2])
+        elif kind == "mkdir":
+            path.mkdir(parents=True)
+        elif kind == "link":
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            elif os.path.lexists(path):
+                path.unlink()
+            os.symlink(operation[2], path)
+    except (FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError, OSError):
+        pass
+
+
+def snapshot(root: Path) -> dict[str, tuple]:
+    """Every path → its kind, mode and bytes (a link: its target), links never followed."""
+    found = {}
+    stack = [root]
+    while stack:
+        folder = stack.pop()
+        for item in os.scandir(folder):
+            info = item.stat(follow_symlinks=False)
+            relative = os.path.relpath(item.path, root)
+            if stat.S_ISLNK(info.st_mode):
+                found[relative] = ("link", os.readlink(item.path))
+            elif stat.S_ISDIR(info.st_mode):
+                found[relative] = ("folder", stat.S_IMODE(info.st_mode))
+                stack.append(Path(item.path))
+            else:
+                found[relative] = ("file", stat.S_IMODE(info.st_mode), Path(item.path).read_bytes())
+    return found
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(start=st.lists(OPERATIONS, max_size=6), steps=STEPS, order=st.randoms(use_true_random=False))
+def test_undo_to_any_step_restores_exactly_the_tree_after_it(start, steps, order):
+    with tempfile.TemporaryDirectory() as scratch:
+        root, run = Path(scratch) / "work", Path(scratch) / "run"
+        root.mkdir()
+        run.mkdir()
+        for operation in start:
+            apply_operation(root, operation)
+        after = {0: snapshot(root)}
+        checkpoints = Checkpoints(root, run, file_limit_bytes=2**20)
+        for number, operations in enumerate(steps, start=1):
+            with checkpoints.step(number, "execute_shell"):
+                for operation in operations:
+                    apply_operation(root, operation)
+            after[number] = snapshot(root)
+            changed = checkpoints.files(number)
+            assert (changed == {}) == (after[number] == after[number - 1])
+        checkpoints.close()
+
+        store = Store(run / "checkpoints")
+        try:
+            # what each step's diff names is what changed in it
+            for number in after.keys() - {0}:
+                named = {change.path for change in run_changes(store, number)}
+                moved = {p for p in after[number].keys() | after[number - 1].keys()
+                         if after[number].get(p) != after[number - 1].get(p)}
+                assert named == moved
+            targets = list(after)
+            order.shuffle(targets)
+            for k in targets:
+                plan = plan_undo(store, str(root), k)
+                assert plan.left == []
+                assert apply_undo(store, str(root), plan, len(steps)) == []
+                assert snapshot(root) == after[k], f"undo --to-step {k}"
+        finally:
+            store.close()
+            for folder, _, _ in os.walk(root):  # read-only folders made by the steps
+                os.chmod(folder, 0o755)
+
+
+def test_many_changed_files_in_one_step_are_kept_and_undone(tmp_path):
+    root, run = tmp_path / "tree", tmp_path / "run"
+    root.mkdir()
+    run.mkdir()
+    checkpoints = Checkpoints(root, run, file_limit_bytes=2**20)
+    with checkpoints.step(1, "execute_shell"):
+        for folder in range(100):
+            (root / f"f{folder}").mkdir()
+            for name in range(100):
+                (root / f"f{folder}" / f"{name}.txt").write_text(f"{folder}/{name}\n")
+    assert len(checkpoints.files(1)) == 10_100
+    checkpoints.close()
+    store = Store(run / "checkpoints")
+    plan = plan_undo(store, str(root), 0)
+    assert apply_undo(store, str(root), plan, 1) == []
+    assert os.listdir(root) == []
+    store.close()
