@@ -9,6 +9,8 @@ import json
 import os
 import subprocess
 
+import pytest
+
 from .conftest import act, run_dirs
 
 
@@ -134,3 +136,120 @@ def test_a_git_work_directory_is_left_untouched(cli, llm, isolated):
     assert cli("undo", run_id, "-y").returncode == 0
     assert tree(work) == before and tree(work / ".git") == git_before
     assert not (isolated.home.parent / "hook-ran").exists()
+
+
+@pytest.mark.parametrize("kind", ["bwrap", "namespace"])
+def test_executed_code_cannot_read_or_rewrite_the_checkpoints(cli, llm, isolated, kind):
+    """Code must not rewrite the history it will be undone to: the run's folder, with its checkpoints, is out of
+    its sight under both sandbox kinds (bwrap's view leaves $MINIAGI_HOME out; the namespace lays a tmpfs over it)."""
+    work, runs = isolated.work, isolated.home / "runs"
+    (work / "precious.txt").write_text("the user's work\n")
+    attack = (f"for f in {runs}/*/checkpoints/log.jsonl {runs}/*/checkpoints/blobs; do "
+              f"cat $f; echo tampered >> $f; done; ls {runs}; touch {runs}/planted; "
+              "echo 'overwritten by code' > precious.txt")
+    llm.add(act("execute_shell", attack), act("done", "ok"))
+    proc = cli("-y", "--unattended", "--sandbox", kind, "try it")
+    assert proc.returncode == 0, proc.stderr
+    (run_dir,) = run_dirs(isolated.home)
+    output = observations(isolated.home)[1]["text"]
+    assert "the user's work" not in output  # the kept content was not readable
+    assert (work / "precious.txt").read_text() == "overwritten by code\n"
+    for name in ("log.jsonl", "blobs"):
+        assert b"tampered" not in (run_dir / "checkpoints" / name).read_bytes()
+    assert not (runs / "planted").exists()
+    assert cli("undo", run_dir.name, "-y").returncode == 0
+    assert (work / "precious.txt").read_text() == "the user's work\n"
+
+
+def test_undo_of_a_resumed_run_covers_both_parts_and_leaves_what_changed_between(cli, llm, isolated):
+    work = isolated.work
+    (work / "report.txt").write_text("draft\n")
+    before = tree(work)
+    llm.add(act("execute_shell", "echo part1 >> report.txt"), act("execute_shell", "echo x > one.txt"),
+            act("execute_shell", "echo part2 >> report.txt && rm one.txt && echo y > two.txt"), act("done", "ok"))
+    assert cli("-y", "--unattended", "--max-steps", "2", "write").returncode == 3
+    run_id = run_dirs(isolated.home)[-1].name
+    (work / "mine.txt").write_text("written by me while the run stood still\n")
+    assert cli("resume", run_id, "-y", "--unattended", "--max-steps", "10").returncode == 0
+    assert observations(isolated.home)[3]["files"] == {"one.txt": "deleted", "report.txt": "modified",
+                                                       "two.txt": "added"}
+    assert cli("undo", run_id, "--to-step", "2", "-y").returncode == 0
+    assert (work / "report.txt").read_text() == "draft\npart1\n" and (work / "one.txt").exists()
+    assert cli("undo", run_id, "-y").returncode == 0
+    mine = work / "mine.txt"
+    assert mine.read_text() == "written by me while the run stood still\n"  # not the run's: left as it is
+    mine.unlink()
+    assert tree(work) == before
+
+
+def test_undo_of_a_follow_up_and_then_of_the_run_before_it(cli, llm, isolated):
+    work = isolated.work
+    llm.add(act("execute_shell", "echo first > a.txt"), act("done", "ok"))
+    assert cli("-y", "--unattended", "start").returncode == 0
+    first = run_dirs(isolated.home)[-1].name
+    llm.add(act("execute_shell", "echo second >> a.txt && echo b > b.txt"), act("done", "ok"))
+    assert cli("-y", "--unattended", "-c", "go on").returncode == 0
+    follow_up = run_dirs(isolated.home)[-1].name
+    assert follow_up != first
+    blocked = cli("undo", first, "-y")  # the follow-up changed a.txt since: the first run's undo leaves it
+    assert blocked.returncode == 1 and "a.txt (changed since, outside the run)" in blocked.stderr
+    assert cli("undo", follow_up, "-y").returncode == 0
+    assert (work / "a.txt").read_text() == "first\n" and not (work / "b.txt").exists()
+    assert cli("undo", first, "-y").returncode == 0
+    assert os.listdir(work) == []
+
+
+def test_undo_of_a_batch_objective_in_its_own_work_directory(cli, llm, isolated):
+    from .test_batch_replay import Scripted, write_batch
+
+    seed = isolated.work / "seed"
+    seed.mkdir()
+    (seed / "n.txt").write_text("21\n")
+    llm.responder = Scripted({"Double the number": [act("execute_shell", "echo 42 > n.txt && touch made.txt"),
+                                                    act("done", "doubled")]})
+    write_batch(isolated.work / "jobs.jsonl", [{"id": "double", "objective": "Double the number", "setup": "seed"}])
+    out = isolated.work / "out"
+    assert cli("batch", "jobs.jsonl", "--out", str(out), "-y").returncode == 0
+    (record,) = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    objective_dir = out / "work" / "double"
+    assert (objective_dir / "n.txt").read_text() == "42\n"
+    assert cli("undo", record["run_id"], "-y").returncode == 0
+    assert tree(objective_dir) == tree(seed)
+
+
+def test_large_files_and_ignored_folders_are_left_out_and_said_once(cli, llm, isolated):
+    work = isolated.work
+    (work / "node_modules" / "pkg").mkdir(parents=True)
+    (work / "node_modules" / "pkg" / "index.js").write_text("module.exports = 1\n")
+    (work / "env").mkdir()
+    (work / "env" / "pyvenv.cfg").write_text("home = /usr/bin\n")  # a virtual environment, whatever its name
+    llm.add(act("execute_shell", "head -c 3000000 /dev/zero > big.bin && echo s > small.txt"),
+            act("execute_shell", "head -c 2500000 /dev/zero > big2.bin && rm -r node_modules"), act("done", "ok"))
+    proc = cli("-y", "--unattended", "--checkpoint-max-file", "2", "big files")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("checkpoints: not kept") == 1
+    said = next(line for line in proc.stderr.splitlines() if "checkpoints: not kept" in line)
+    assert "node_modules/ (a folder never kept)" in said and "env/ (a folder never kept)" in said
+    seen = observations(isolated.home)
+    assert seen[1]["files"] == {"big.bin": "added", "small.txt": "added"}
+    assert seen[2]["files"] == {"big2.bin": "added"}  # an ignored folder's changes are not the run's record
+    run_id = run_dirs(isolated.home)[-1].name
+    blobs = run_dirs(isolated.home)[-1] / "checkpoints" / "blobs"
+    assert blobs.stat().st_size < 100_000  # the big files' bytes were not kept
+    diff = cli("diff", run_id)
+    assert "big.bin: content not kept (over 2 MB), 3,000,000 bytes" in diff.stdout
+    assert cli("undo", run_id, "-y").returncode == 0
+    assert sorted(os.listdir(work)) == ["env"]  # what the run made is gone; node_modules was never the run's
+
+
+def test_undo_does_not_write_through_a_link_planted_in_place_of_a_folder(cli, llm, isolated, tmp_path):
+    work, elsewhere = isolated.work, tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (work / "docs").mkdir()
+    (work / "docs" / "guide.txt").write_text("guide\n")
+    llm.add(act("execute_shell", "rm -r docs"), act("done", "ok"))
+    assert cli("-y", "--unattended", "clean").returncode == 0
+    os.symlink(elsewhere, work / "docs")  # planted after the run, where the folder was
+    proc = cli("undo", run_dirs(isolated.home)[-1].name, "-y")
+    assert proc.returncode == 1 and "docs (changed since, outside the run)" in proc.stderr
+    assert os.listdir(elsewhere) == []

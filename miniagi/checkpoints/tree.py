@@ -103,7 +103,8 @@ def walk(root: str, previous: dict[str, tuple[tuple, Entry]], keep: Keep, racy_b
                     found = list(listing)
                 if prefix and any(item.name in ENVIRONMENT_MARKS for item in found):
                     ignored.append(prefix.rstrip("/"))
-                    entries.pop(prefix.rstrip("/"), None)
+                    del entries[prefix.rstrip("/")]
+                    fresh.remove(prefix.rstrip("/"))
                     continue
                 for item in found:
                     path = prefix + item.name
