@@ -218,8 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
                                "since outside the run is left as it is, and named. Exit 0 when everything was put "
                                "back, 1 when something was left.")
     undo.add_argument("run_id", help="the run's id, a unique prefix of it, or last (the newest run)")
-    undo.add_argument("--to-step", type=int, default=0, metavar="N", help="back to the files as they were after "
-                      "step N (default 0: before the run)")
+    undo.add_argument("--to-step", type=int, default=None, metavar="N", help="back to the files as they were after "
+                      "step N (default: before the run)")
     undo.add_argument("-y", "--yes", action="store_true", help="undo without asking")
     undo.add_argument("--home", default=None, help="where runs live [MINIAGI_HOME]")
 

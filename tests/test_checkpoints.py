@@ -253,3 +253,35 @@ def test_undo_does_not_write_through_a_link_planted_in_place_of_a_folder(cli, ll
     proc = cli("undo", run_dirs(isolated.home)[-1].name, "-y")
     assert proc.returncode == 1 and "docs (changed since, outside the run)" in proc.stderr
     assert os.listdir(elsewhere) == []
+
+
+def test_the_web_ui_shows_each_steps_line_with_its_diff_one_click_away(cli, llm, isolated):
+    from .test_ui import serve_ui
+
+    (isolated.work / "a.txt").write_text("old line\n")
+    llm.add(act("execute_shell", "echo '<b>new</b> line' > a.txt && echo x > d.txt"), act("done", "ok"))
+    assert cli("-y", "--unattended", "edit").returncode == 0
+    run_id = run_dirs(isolated.home)[-1].name
+    with serve_ui(isolated.home) as ui:
+        page = ui.client.get(f"{ui}/runs/{run_id}").text
+        link = f'<a href="/runs/{run_id}/diff?step=1">2 files changed: a.txt, d.txt (new)</a>'
+        assert link in page
+        diff = ui.client.get(f"{ui}/runs/{run_id}/diff", params={"step": 1})
+        assert diff.status_code == 200
+        assert "-old line" in diff.text and "+&lt;b&gt;new&lt;/b&gt; line" in diff.text  # shown as text
+        assert ui.client.get(f"{ui}/runs/{run_id}/diff", params={"step": 9}).status_code == 404
+
+
+def test_a_work_directory_too_large_to_keep_turns_checkpoints_off_and_says_so(cli, llm, isolated, monkeypatch):
+    from miniagi.checkpoints import tree as checkpoint_tree
+
+    monkeypatch.setattr(checkpoint_tree, "MAX_PATHS", 20)
+    for n in range(30):
+        (isolated.work / f"f{n}.txt").write_text("x\n")
+    llm.add(act("execute_shell", "echo y > new.txt"), act("done", "ok"))
+    proc = cli("-y", "--unattended", "too many")
+    assert proc.returncode == 0, proc.stderr  # the run goes on without them
+    assert "checkpoints are off for the rest of this run: the work directory holds over 20 files and folders" \
+        in proc.stderr
+    assert "files" not in observations(isolated.home)[1]  # not known, so not said
+    assert cli("undo", run_dirs(isolated.home)[-1].name, "-y").returncode == 2

@@ -18,9 +18,10 @@ from typing import Callable, Iterable, Iterator
 
 from ..runs import now_iso
 from .store import Record, Secrets, Store
-from .tree import Entry, walk
+from .tree import Entry, TooLarge, walk
 
 FOLDER = "checkpoints"  # in the run's folder
+MAX_KEPT_BYTES = 2 * 2**30  # what one checkpoint may add to the store: more is no work directory (a home, a disk)
 LEFT_OUT_SHOWN = 4  # paths named in the one line that says what is not kept
 
 
@@ -41,7 +42,7 @@ class Checkpoints:
         self.changed: dict[int, dict[str, str]] = {}  # step → what it changed, until its observation
         self.lock = threading.Lock()
         # a new run keeps the tree first; a resumed one notes what changed while it stood still
-        first = ("start", 0) if not self.store.records else ("outside", completed_step + 0.5)
+        first = ("start", completed_step) if not self.store.records else ("outside", completed_step + 0.5)
         self.first = threading.Thread(target=self._take, args=first, name="checkpoints-start", daemon=True)
         self.first.start()
 
@@ -59,10 +60,11 @@ class Checkpoints:
         finally:
             self.changed[number] = self._take("step", number)
 
-    def files(self, number: int) -> dict[str, str]:
+    def files(self, number: int) -> dict[str, str] | None:
         """What step `number` changed, for its observation: each path (a folder's with a trailing /) → added,
-        modified or deleted."""
-        return self.changed.pop(number, {})
+        modified or deleted (None once checkpoints stopped: not known)."""
+        changed = self.changed.pop(number, {})
+        return None if self.broken else changed
 
     def _take(self, kind: str, step: float) -> dict[str, str]:
         with self.lock:
@@ -70,6 +72,11 @@ class Checkpoints:
                 return {}
             try:
                 return self._record(kind, step)
+            except TooLarge as exc:
+                self.broken = str(exc)
+                self.warn(f"checkpoints are off for the rest of this run: {exc} (give a smaller --workdir, or "
+                          "--no-checkpoints)")
+                return {}
             except Exception as exc:  # the disk, or a bug: the run goes on without checkpoints, and says so
                 self.broken = f"{type(exc).__name__}: {exc}"
                 self.warn(f"checkpoints stopped for this run (undo covers the steps before): {self.broken}")
@@ -77,6 +84,7 @@ class Checkpoints:
 
     def _record(self, kind: str, step: float) -> dict[str, str]:
         added: dict[str, list[int]] = {}
+        kept = [0]
 
         def keep(descriptor: int, info, path: str) -> Entry:
             mode = info.st_mode & 0o7777
@@ -85,11 +93,18 @@ class Checkpoints:
             else:
                 digest, size, why = self.store.keep(descriptor, self.file_limit, self.secrets, added)
                 entry = Entry("file", mode, size, digest, not_kept=why)
+                kept[0] += size
+                if kept[0] > MAX_KEPT_BYTES:
+                    raise TooLarge(f"the work directory holds over {MAX_KEPT_BYTES / 2**30:g} GB to keep")
             if entry.not_kept and not self.told:
                 self.left_out.append(f"{path} ({entry.not_kept})")
             return entry
 
-        found = walk(self.workdir, self.walked, keep, self.walked_ns)
+        try:
+            found = walk(self.workdir, self.walked, keep, self.walked_ns)
+        except BaseException:
+            self.store.forget(added)  # contents no record will name
+            raise
         self.walked, self.walked_ns = found.entries, found.started_ns
         changes: dict[str, Entry | None] = {}
         for path in found.fresh:  # the others are as the last walk found them, and that is recorded

@@ -308,21 +308,29 @@ def print_diff(record, step: int | None) -> None:
     """`miniagi diff RUN_ID [--step N]`."""
     from ..ui import visible
 
+    files, text = changes_text(record, step)
+    if not files:
+        print(f"{'step ' + str(step) if step else 'run ' + record.run_id} changed no files", file=sys.stderr)
+        return
+    print(visible(_redactor()(text)), end="")
+
+
+def changes_text(record, step: int | None) -> tuple[dict[str, str], str]:
+    """What the run (or its step) changed: each path → added, modified or deleted, and the unified diff."""
+    from . import describe
+
     store = _opened(record)
     try:
         if step is not None:
-            _check_step(record, step, low=1)
+            _check_step(record, store, step, low=1)
         changes = run_changes(store, step)
-        if not changes:
-            print(f"{'step ' + str(step) if step else 'run ' + record.run_id} changed no files in {store.workdir}",
-                  file=sys.stderr)
-            return
-        print(visible(_redactor()(render(changes, stored(store, "old"), stored(store, "new")))), end="")
+        files = describe({c.path: c.new for c in changes}, {c.path: c.old for c in changes if c.old is not None})
+        return files, render(changes, stored(store, "old"), stored(store, "new"))
     finally:
         store.close()
 
 
-def undo(record, to_step: int, yes: bool) -> int:
+def undo(record, to_step: int | None, yes: bool) -> int:
     """`miniagi undo RUN_ID [--to-step N] [-y]`: 0 when the work directory is back as it was, 1 when something
     was left as it is."""
     from ..config import ConfigError
@@ -333,7 +341,8 @@ def undo(record, to_step: int, yes: bool) -> int:
         raise ConfigError(f"run {record.run_id} is still running (process {result.get('pid')}): stop it first")
     store = _opened(record)
     try:
-        _check_step(record, to_step, low=0)
+        to_step = int(store.records[0].step) if to_step is None else to_step
+        _check_step(record, store, to_step, low=0)
         workdir, when = store.workdir, "before the run" if to_step == 0 else f"after step {to_step}"
         if not os.path.isdir(workdir):
             raise ConfigError(f"the run's work directory {workdir} is gone: nothing to put back into")
@@ -371,12 +380,16 @@ def _opened(record) -> Store:
         raise ConfigError(f"run {record.run_id} has no checkpoints to show or undo: {exc}") from None
 
 
-def _check_step(record, step: int, low: int) -> None:
+def _check_step(record, store: Store, step: int, low: int) -> None:
     from ..config import ConfigError
 
     end = record.read_result().get("steps")
     if step < low or (isinstance(end, int) and step > end):
         raise ConfigError(f"run {record.run_id} has steps 1-{end}: step {step} is not one of them")
+    first = int(store.records[0].step)
+    if step < first:  # resumed by a miniagi that keeps checkpoints, after steps taken by one that did not
+        raise ConfigError(f"the checkpoints of run {record.run_id} begin after its step {first}: undo and diff reach "
+                          f"back to there, not to step {step}")
 
 
 def _confirmed(question: str, without_terminal: str) -> bool:

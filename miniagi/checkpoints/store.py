@@ -131,6 +131,12 @@ class Store:
         self._end = start + size
         return name, size, ""
 
+    def forget(self, added: dict[str, list[int]]) -> None:
+        """Contents kept for a record that will not be written: the blobs file is cut back to before them."""
+        if added and self._blobs is not None:
+            self._end = min(offset for offset, _ in added.values())
+            os.ftruncate(self._blobs, self._end)
+
     def append(self, record: Record) -> None:
         """The record after the blobs it names (they are on disk first: a crash between leaves an unnamed tail)."""
         append(self.fd, LOG, (json.dumps(record.to_json(), separators=(",", ":")) + "\n").encode())

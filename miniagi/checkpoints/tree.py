@@ -25,6 +25,11 @@ ENVIRONMENT_MARKS = ("pyvenv.cfg", "conda-meta")  # a folder holding one of thes
 # timestamps come from a coarse clock: a file written again this soon after a walk may keep its stat, so such a
 # file is read again on the next walk (git's "racily clean" entries)
 RACY_NS = 50_000_000
+MAX_PATHS = 200_000  # a tree larger than this is no work directory to keep (a home, a disk): checkpoints stop
+
+
+class TooLarge(Exception):
+    """The tree is too large to keep at every step."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +106,8 @@ def walk(root: str, previous: dict[str, tuple[tuple, Entry]], keep: Keep, racy_b
             try:
                 with os.scandir(folder) as listing:
                     found = list(listing)
+                if len(entries) + len(found) > MAX_PATHS:
+                    raise TooLarge(f"the work directory holds over {MAX_PATHS:,} files and folders")
                 if prefix and any(item.name in ENVIRONMENT_MARKS for item in found):
                     ignored.append(prefix.rstrip("/"))
                     del entries[prefix.rstrip("/")]

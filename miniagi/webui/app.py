@@ -27,6 +27,8 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from .. import events as ev
+from ..checkpoints import summary as files_summary
+from ..checkpoints.history import changes_text
 from ..config import ConfigError
 from ..report import cache_rate, folder, started, took
 from ..runs import STATUSES, RunStore
@@ -130,6 +132,7 @@ def create_app(home: Path, redact=lambda text: text, host: str = "127.0.0.1", to
     templates.globals.update(highlight=highlight, fold_lines=FOLD_LINES, cache_rate=cache_rate, csrf=csrf_value(token),
                              folder=folder, started=started, took=took,
                              workdirs=bench.workdirs, protocols=PROTOCOLS)
+    templates.globals["files_summary"] = files_summary  # a step's line: "2 files changed: a.txt, d.txt (new)"
     templates.filters["redact"] = lambda text: redact(str(text)) if text is not None else ""
 
     def page(name: str, _status: int = 200, **values) -> HTMLResponse:
@@ -173,9 +176,10 @@ def create_app(home: Path, redact=lambda text: text, host: str = "127.0.0.1", to
         return {i: redact(text or "")[:RECALLED_CHARS] for i, text in zip(found.get("ids", []),
                                                                            found.get("documents", []))}
 
-    def render_events(events: list[ev.Event], running: bool) -> tuple[str, int]:
+    def render_events(events: list[ev.Event], running: bool, run_id: str) -> tuple[str, int]:
         ordered, used = in_step_order(events, running)
-        return templates.get_template("events.html").render(events=ordered, recalled=recalled(ordered)), used
+        return templates.get_template("events.html").render(events=ordered, recalled=recalled(ordered),
+                                                            run_id=run_id), used
 
     controls, steer_routes = steering(bench, store, token, templates, page, redact)
 
@@ -205,7 +209,7 @@ def create_app(home: Path, redact=lambda text: text, host: str = "127.0.0.1", to
             message, log = not_found(request.path_params["run_id"], exc)
             return page("missing.html", _status=404, message=message, log=log)
         result = live_result(record.read_result(), events)
-        html, used = render_events(events, result.get("status", "running") == "running")
+        html, used = render_events(events, result.get("status", "running") == "running", record.run_id)
         return page("run.html", run_id=record.run_id, result=result, events_html=Markup(html), count=used,
                     chart=chart(usage(events)), control=controls(record.run_id, result))
 
@@ -221,7 +225,7 @@ def create_app(home: Path, redact=lambda text: text, host: str = "127.0.0.1", to
         except ValueError:
             return JSONResponse({"error": "after: give the number of events already shown"}, status_code=400)
         result = live_result(record.read_result(), events)
-        html, used = render_events(events[after:], result.get("status", "running") == "running")
+        html, used = render_events(events[after:], result.get("status", "running") == "running", record.run_id)
         control = controls(record.run_id, result)
         return JSONResponse({"count": after + used, "html": html, "status": result.get("status", "running"),
                              "chart": str(chart(usage(events))),
@@ -229,6 +233,17 @@ def create_app(home: Path, redact=lambda text: text, host: str = "127.0.0.1", to
                              "control": control["html"], "control_key": control["key"], "live": control["live"],
                              "stream": control["stream"],
                              "answer": redact(result["answer"]) if result.get("answer") is not None else None})
+
+    def run_diff(request: Request):
+        """What the run, or its step N (?step=N), changed in its work directory (miniagi diff)."""
+        try:
+            record = store.open(request.path_params["run_id"])
+            step = int(request.query_params["step"]) if request.query_params.get("step") else None
+            files, diff = changes_text(record, step)
+        except (ConfigError, ValueError) as exc:
+            return refused(404, str(exc))
+        return page("diff.html", run_id=record.run_id, step=step, diff=diff,
+                    line=files_summary(files) if files else "no files changed")
 
     def memory_page(request: Request):
         query = request.query_params.get("q", "").strip()
@@ -249,6 +264,7 @@ def create_app(home: Path, redact=lambda text: text, host: str = "127.0.0.1", to
 
     app = Starlette(routes=[
         Route("/", runs_list), Route("/runs/{run_id}", run_page), Route("/runs/{run_id}/events", run_events),
+        Route("/runs/{run_id}/diff", run_diff),
         *batch_routes(home, page), Route("/memory", memory_page), Route("/api/runs", api_runs),
         *steer_routes,
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static")],
