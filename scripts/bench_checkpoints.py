@@ -83,6 +83,18 @@ def main() -> None:
         print(f"work directory: {args.files:,} files, {args.megabytes} MB, "
               f"{sum(1 for _ in root.rglob('*')) - args.files} folders")
 
+        with tempfile.TemporaryDirectory() as empty:  # bench.py's runs work in an empty folder
+            bare, bare_run = Path(empty) / "work", Path(empty) / "run"
+            bare.mkdir()
+            bare_run.mkdir()
+            quiet = Checkpoints(bare, bare_run, file_limit_bytes=50 * 2**20)
+            bare_step = Timer()
+            for n in range(1, args.repeats + 1):
+                with bare_step:
+                    step(quiet, n, lambda: None)
+            quiet.close()
+        print(bare_step.line("a step in an empty work directory (bench.py's runs)"))
+
         first = Timer()
         with first:
             checkpoints = Checkpoints(root, run, file_limit_bytes=50 * 2**20)
