@@ -61,6 +61,8 @@ def test_each_step_says_what_it_changed_and_undo_puts_everything_back(cli, llm, 
     assert "4 files changed: a.txt, blob.bin (new), gone.txt (deleted), keep/ (deleted)" in proc.stderr
 
     run_id = run_dirs(isolated.home)[-1].name
+    shown = cli("show", run_id).stdout
+    assert f"files: 2 files changed: a.txt, d.txt (new) (miniagi diff {run_id} --step 1)" in shown
     diff = cli("diff", run_id, "--step", "1")
     assert diff.returncode == 0, diff.stderr
     assert "+++ b/a.txt" in diff.stdout and "+two" in diff.stdout and "+new" in diff.stdout

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..runs import now_iso
 from .store import Record, Store, StoreError
-from .tree import DIR_FLAGS, FILE_FLAGS, Entry, walk
+from .tree import DIR_FLAGS, FILE_FLAGS, Entry, TooLarge, walk
 
 DIFF_MAX_BYTES = 4 * 2**20  # a text larger than this is named, not diffed (difflib's time grows with its square)
 
@@ -346,7 +346,11 @@ def undo(record, to_step: int | None, yes: bool) -> int:
         workdir, when = store.workdir, "before the run" if to_step == 0 else f"after step {to_step}"
         if not os.path.isdir(workdir):
             raise ConfigError(f"the run's work directory {workdir} is gone: nothing to put back into")
-        plan = plan_undo(store, workdir, to_step)
+        try:
+            plan = plan_undo(store, workdir, to_step)
+        except TooLarge as exc:
+            raise ConfigError(f"the run's work directory {workdir} cannot be compared with its checkpoints: {exc}") \
+                from None
         redact = _redactor()
         for path, why in plan.left:
             print(visible(redact(f"left as it is: {path} ({why})")), file=sys.stderr)
