@@ -5,6 +5,7 @@ work directory of 1,000 files and 50 MB, when the step changed nothing, one file
 
     python scripts/bench_checkpoints.py
     python scripts/bench_checkpoints.py --files 1000 --megabytes 50 --repeats 50
+    python scripts/bench_checkpoints.py --loop 6   # + the loop's time per step, checkpoints on and off in turn
 
 Each figure is the median of its repeats, in milliseconds: CPU time of this process (what the loop pays; the
 machine is shared, so wall time is printed beside it, for what it is worth). Printed, never asserted.
@@ -74,7 +75,11 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=1000)
     parser.add_argument("--megabytes", type=int, default=50)
     parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--loop", type=int, default=0, metavar="N", help="also N pairs of 100-step scripted runs "
+                        "(bench.py's, memory off), checkpoints on and off in turn: the loop's time per step")
     args = parser.parse_args()
+    if args.loop:
+        loop_time(args.loop)
     with tempfile.TemporaryDirectory() as scratch:
         root, run = Path(scratch) / "work", Path(scratch) / "run"
         root.mkdir()
@@ -144,6 +149,22 @@ def main() -> None:
         print(undo.line(f"undo of those 10,000 files ({len(plan.changes):,} paths)"))
         size = sum(f.stat().st_size for f in (run / "checkpoints").iterdir())
         print(f"checkpoints on disk: {size / 2**20:.1f} MB")
+
+
+def loop_time(pairs: int) -> None:
+    """The loop's own time per step (bench.py's measure: a step's wall time less the model's), runs with checkpoints
+    on and off taken in turn, so that the machine's load falls on both alike."""
+    from benchlib import run_agent
+
+    medians: dict[bool, list[float]] = {True: [], False: []}
+    for _ in range(pairs):
+        for on in (True, False):
+            with tempfile.TemporaryDirectory() as home:
+                run = run_agent(100, 8000, Path(home), memory_scope="off", checkpoints=on)
+            medians[on].append(statistics.median(run.overheads) * 1000)
+    for on, values in medians.items():
+        print(f"the loop's time per step, 100-step runs, checkpoints {'on ' if on else 'off'}: medians "
+              + ", ".join(f"{v:.2f}" for v in values) + f" ms (median of runs {statistics.median(values):.2f})")
 
 
 if __name__ == "__main__":
