@@ -287,3 +287,33 @@ def test_a_work_directory_too_large_to_keep_turns_checkpoints_off_and_says_so(cl
         in proc.stderr
     assert "files" not in observations(isolated.home)[1]  # not known, so not said
     assert cli("undo", run_dirs(isolated.home)[-1].name, "-y").returncode == 2
+
+
+def test_what_changes_between_steps_without_the_run_is_kept_apart_and_never_undone(cli, llm, isolated):
+    work = isolated.work
+    (work / "shared.txt").write_text("v1\n")
+    agent_requests = []
+
+    def person_edits_while_the_model_thinks(request):
+        if request["messages"][0]["role"] == "system":
+            agent_requests.append(request)
+            if len(agent_requests) == 2:  # between step 1 and step 2
+                (work / "shared.txt").write_text("edited by the person\n")
+                (work / "theirs.txt").write_text("made by the person\n")
+        return None
+
+    llm.responder = person_edits_while_the_model_thinks
+    llm.add(act("execute_shell", "echo v2 > shared.txt && echo r > run.txt"),
+            act("execute_shell", "echo v3 >> shared.txt"), act("done", "ok"))
+    assert cli("-y", "--unattended", "edit").returncode == 0
+    seen = observations(isolated.home)
+    assert seen[1]["files"] == {"run.txt": "added", "shared.txt": "modified"}
+    assert seen[2]["files"] == {"shared.txt": "modified"}  # the person's new file is not the step's
+    run_id = run_dirs(isolated.home)[-1].name
+    step_2 = cli("diff", run_id, "--step", "2").stdout
+    assert "\n edited by the person\n+v3\n" in step_2  # the step's own change, from what it found
+    proc = cli("undo", run_id, "-y")
+    assert proc.returncode == 1
+    assert "shared.txt (changed outside the run while it ran, after step 0)" in proc.stderr
+    assert (work / "shared.txt").read_text() == "edited by the person\nv3\n"
+    assert (work / "theirs.txt").exists() and not (work / "run.txt").exists()

@@ -153,3 +153,23 @@ def test_many_changed_files_in_one_step_are_kept_and_undone(tmp_path):
     assert apply_undo(store, str(root), plan, 1) == []
     assert os.listdir(root) == []
     store.close()
+
+
+def test_a_link_is_kept_as_a_link_and_never_followed(tmp_path):
+    root, run, outside = tmp_path / "tree", tmp_path / "run", tmp_path / "outside"
+    for folder in (root, run, outside):
+        folder.mkdir()
+    (outside / "private.txt").write_text("not the run's business\n")
+    (root / "own.txt").write_text("the tree's own\n")
+    checkpoints = Checkpoints(root, run, file_limit_bytes=2**20)
+    with checkpoints.step(1, "execute_shell"):
+        os.symlink(outside, root / "out")
+        os.symlink("out/private.txt", root / "through")
+    assert checkpoints.files(1) == {"out": "added", "through": "added"}
+    checkpoints.close()
+    kept = (run / "checkpoints" / "blobs").read_bytes()
+    assert b"the tree's own" in kept and b"not the run's business" not in kept
+    store = Store(run / "checkpoints")
+    assert apply_undo(store, str(root), plan_undo(store, str(root), 0), 1) == []
+    store.close()
+    assert os.listdir(root) == ["own.txt"] and (outside / "private.txt").exists()

@@ -233,8 +233,7 @@ def _render_one(change: Change, old_content, new_content) -> list[str]:
         if old is not None and new is not None and old.kind == new.kind == "file" and old.digest == new.digest \
                 and old.digest:
             return head
-        said = [s for s in (before, after) if isinstance(s, str)]
-        return head + [f"{said[0].replace('{path}', path)}"]
+        return head + [before if isinstance(before, str) else after]
     if before == after:
         return head
     return head + [line.rstrip("\n") for line in difflib.unified_diff(
@@ -248,16 +247,16 @@ def _text_side(entry: Entry | None, change: Change, content) -> list[str] | str:
     if entry.kind == "link":
         return [f"(link) → {entry.target}\n"]
     if entry.not_kept:
-        return f"{{path}}: content not kept ({entry.not_kept}), {entry.size:,} bytes"
+        return f"{change.path}: content not kept ({entry.not_kept}), {entry.size:,} bytes"
     if entry.size > DIFF_MAX_BYTES:
-        return f"{{path}}: a large file ({entry.size:,} bytes) changed: not shown"
+        return f"{change.path}: a large file ({entry.size:,} bytes) changed: not shown"
     data = content(change)
-    if b"\0" in data:
-        return f"Binary file {{path}} changed ({_sizes(change)})"
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
-        return f"Binary file {{path}} changed ({_sizes(change)})"
+        text = "\0"
+    if "\0" in text:
+        return f"Binary file {change.path} changed ({_sizes(change)})"
     lines = text.splitlines(keepends=True)
     if lines and not lines[-1].endswith("\n"):
         lines[-1] += "\n\\ No newline at end of file\n"
