@@ -173,3 +173,37 @@ def test_a_link_is_kept_as_a_link_and_never_followed(tmp_path):
     assert apply_undo(store, str(root), plan_undo(store, str(root), 0), 1) == []
     store.close()
     assert os.listdir(root) == ["own.txt"] and (outside / "private.txt").exists()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(start=st.lists(OPERATIONS, max_size=5), steps=STEPS, outside=st.lists(OPERATIONS, min_size=1, max_size=4),
+       to_step=st.integers(min_value=0, max_value=6))
+def test_undo_never_changes_what_was_changed_outside_the_run_since(start, steps, outside, to_step):
+    with tempfile.TemporaryDirectory() as scratch:
+        root, run = Path(scratch) / "work", Path(scratch) / "run"
+        root.mkdir()
+        run.mkdir()
+        for operation in start:
+            apply_operation(root, operation)
+        checkpoints = Checkpoints(root, run, file_limit_bytes=2**20)
+        for number, operations in enumerate(steps, start=1):
+            with checkpoints.step(number, "execute_shell"):
+                for operation in operations:
+                    apply_operation(root, operation)
+        checkpoints.close()
+        run_left = snapshot(root)
+        for operation in outside:  # the person, after the run
+            apply_operation(root, operation)
+        theirs = snapshot(root)
+        touched = {p for p in run_left.keys() | theirs.keys() if run_left.get(p) != theirs.get(p)}
+        store = Store(run / "checkpoints")
+        try:
+            plan = plan_undo(store, str(root), min(to_step, len(steps)))
+            apply_undo(store, str(root), plan, len(steps))
+            after = snapshot(root)
+            assert {p: after.get(p) for p in touched} == {p: theirs.get(p) for p in touched}
+            assert all(change.path not in touched for change in plan.changes)
+        finally:
+            store.close()
+            for folder, _, _ in os.walk(root):
+                os.chmod(folder, 0o755)
