@@ -207,3 +207,26 @@ def test_undo_never_changes_what_was_changed_outside_the_run_since(start, steps,
             store.close()
             for folder, _, _ in os.walk(root):
                 os.chmod(folder, 0o755)
+
+
+def test_a_record_torn_by_a_crash_is_skipped_and_the_next_one_stands(tmp_path):
+    root, run = tmp_path / "tree", tmp_path / "run"
+    root.mkdir()
+    run.mkdir()
+    (root / "a.txt").write_text("1\n")
+    checkpoints = Checkpoints(root, run, file_limit_bytes=2**20)
+    with checkpoints.step(1, "execute_shell"):
+        (root / "a.txt").write_text("2\n")
+    checkpoints.close()
+    with open(run / "checkpoints" / "log.jsonl", "ab") as log:
+        log.write(b'{"kind":"step","step":2,"chan')  # the process was killed mid-write
+    resumed = Checkpoints(root, run, file_limit_bytes=2**20, completed_step=1)
+    with resumed.step(2, "execute_shell"):
+        (root / "a.txt").write_text("3\n")
+    assert resumed.files(2) == {"a.txt": "modified"}
+    resumed.close()
+    store = Store(run / "checkpoints")
+    assert [(r.kind, r.step) for r in store.records] == [("start", 0), ("step", 1), ("step", 2)]
+    assert apply_undo(store, str(root), plan_undo(store, str(root), 1), 2) == []
+    store.close()
+    assert (root / "a.txt").read_text() == "2\n"

@@ -123,6 +123,8 @@ class Checkpoints:
                     del self.tree[path]
                 else:
                     self.tree[path] = entry
+        else:
+            self.store.forget(added)  # read again and found as it was recorded, in a content new to the store
         self._tell(found.ignored)
         return described
 

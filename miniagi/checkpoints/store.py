@@ -71,6 +71,7 @@ class Store:
         self.index: dict[str, list[int]] = {}  # every blob kept: digest → [offset, size]
         self._blobs: int | None = None
         self._end = 0
+        self._torn = False  # the log's last line was cut off (a crash mid-write): the next record starts a new one
         self._read_log()
 
     def _read_log(self) -> None:
@@ -80,6 +81,7 @@ class Store:
             return
         with os.fdopen(descriptor, "rb") as log:
             for line in log:
+                self._torn = not line.endswith(b"\n")
                 try:
                     record = Record.from_json(json.loads(line))
                 except (ValueError, KeyError, TypeError, AttributeError):
@@ -139,7 +141,9 @@ class Store:
 
     def append(self, record: Record) -> None:
         """The record after the blobs it names (they are on disk first: a crash between leaves an unnamed tail)."""
-        append(self.fd, LOG, (json.dumps(record.to_json(), separators=(",", ":")) + "\n").encode())
+        line = json.dumps(record.to_json(), separators=(",", ":")) + "\n"
+        append(self.fd, LOG, (("\n" if self._torn else "") + line).encode())
+        self._torn = False
         self.records.append(record)
         self.index.update(record.blobs)
 
