@@ -104,6 +104,7 @@ def test_undo_never_overwrites_a_file_changed_outside_the_run(cli, llm, isolated
     proc = cli("undo", run_id, "-y")
     assert proc.returncode == 1
     assert "left as it is: notes.txt (changed since, outside the run)" in proc.stderr
+    assert "undone in part: 1 of 1 path put back as they were before the run; 1 path left as they are" in proc.stderr
     assert (work / "notes.txt").read_text() == "edited by me after the run\n"
     assert not (work / "other.txt").exists()  # the rest was undone
 
@@ -317,3 +318,21 @@ def test_what_changes_between_steps_without_the_run_is_kept_apart_and_never_undo
     assert "shared.txt (changed outside the run while it ran, after step 0)" in proc.stderr
     assert (work / "shared.txt").read_text() == "edited by the person\nv3\n"
     assert (work / "theirs.txt").exists() and not (work / "run.txt").exists()
+
+
+def test_undo_in_a_terminal_shows_the_diff_and_asks_first(cli, llm, isolated):
+    from .test_interactive import run_in_terminal
+
+    (isolated.work / "a.txt").write_text("mine\n")
+    llm.add(act("execute_shell", "echo theirs > a.txt"), act("done", "ok"))
+    assert cli("-y", "--unattended", "edit").returncode == 0
+    run_id = run_dirs(isolated.home)[-1].name
+    declined = run_in_terminal(llm, isolated, "n\n", "undo", run_id)
+    assert declined.returncode == 1 and "-theirs" in declined.stdout and "+mine" in declined.stdout
+    assert f"Put {isolated.work} back as it was before the run (1 path to change)?" in declined.stdout
+    assert "nothing was changed" in declined.stderr
+    assert (isolated.work / "a.txt").read_text() == "theirs\n"
+    accepted = run_in_terminal(llm, isolated, "y\n", "undo", run_id)
+    assert accepted.returncode == 0, accepted.stderr
+    assert f"undone: {isolated.work} is back as it was before the run (1 path changed)" in accepted.stderr
+    assert (isolated.work / "a.txt").read_text() == "mine\n"

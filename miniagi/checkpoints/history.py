@@ -333,7 +333,7 @@ def undo(record, to_step: int | None, yes: bool) -> int:
     """`miniagi undo RUN_ID [--to-step N] [-y]`: 0 when the work directory is back as it was, 1 when something
     was left as it is."""
     from ..config import ConfigError
-    from ..ui import visible
+    from ..ui import plural, visible
 
     result = record.read_result()
     if result.get("status") == "running":
@@ -358,8 +358,9 @@ def undo(record, to_step: int | None, yes: bool) -> int:
                   + (", but for what is left as it is above" if plan.left else ""), file=sys.stderr)
             return 1 if plan.left else 0
         print(visible(redact(render(plan.changes, on_disk(workdir), stored(store, "new")))), end="")
-        if not yes and not _confirmed(f"Put {len(plan.changes)} paths in {workdir} back as they were {when}?",
-                                      f"undo would change {len(plan.changes)} paths in {workdir}"):
+        paths = plural(len(plan.changes), "path")
+        if not yes and not _confirmed(f"Put {workdir} back as it was {when} ({paths} to change)?",
+                                      f"undo would change {paths} in {workdir}"):
             print("nothing was changed", file=sys.stderr)
             return 1
         failed = apply_undo(store, workdir, plan, result.get("steps") or 0)
@@ -367,11 +368,11 @@ def undo(record, to_step: int | None, yes: bool) -> int:
         store.close()
     for path, why in failed:
         print(visible(redact(f"could not put back: {path} ({why})")), file=sys.stderr)
-    undone = len(plan.changes) - len(failed)
-    print(f"undone: {undone} of {len(plan.changes)} paths in {workdir} are as they were {when}"
-          + (f"; {len(plan.left) + len(failed)} left as they are (named above)" if plan.left or failed else ""),
+    undone, left = len(plan.changes) - len(failed), len(plan.left) + len(failed)
+    print(f"undone in part: {undone} of {paths} put back as they were {when}; {plural(left, 'path')} left as they "
+          "are (named above)" if left else f"undone: {workdir} is back as it was {when} ({paths} changed)",
           file=sys.stderr)
-    return 1 if plan.left or failed else 0
+    return 1 if left else 0
 
 
 def _opened(record) -> Store:
