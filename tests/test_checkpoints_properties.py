@@ -230,3 +230,25 @@ def test_a_record_torn_by_a_crash_is_skipped_and_the_next_one_stands(tmp_path):
     assert apply_undo(store, str(root), plan_undo(store, str(root), 1), 2) == []
     store.close()
     assert (root / "a.txt").read_text() == "2\n"
+
+
+def test_a_file_written_just_before_the_last_walk_is_read_again_whatever_its_stat(tmp_path):
+    """On kernels whose timestamps are coarse (before Linux 6.13's fine-grained ones), a file rewritten right after
+    a walk, at the same size, can keep its stat: such a file is read again at the next walk."""
+    from miniagi.checkpoints.tree import RACY_NS, Entry, walk
+
+    (tmp_path / "a.txt").write_text("same size 1")
+    reads = []
+
+    def keep(descriptor, info, path):
+        reads.append(path)
+        return Entry("file", info.st_mode & 0o7777, info.st_size, os.read(descriptor, 100).decode())
+
+    first = walk(str(tmp_path), {}, keep)
+    signature, _ = first.entries["a.txt"]
+    stale = {"a.txt": (signature, Entry("file", 0o644, 11, "what a coarse clock hid"))}
+    written = os.stat(tmp_path / "a.txt").st_ctime_ns
+    again = walk(str(tmp_path), stale, keep, racy_before=written + RACY_NS // 2)  # the walk before: just after
+    assert again.entries["a.txt"][1].digest == "same size 1" and again.fresh == ["a.txt"]
+    settled = walk(str(tmp_path), stale, keep, racy_before=written + 2 * RACY_NS)  # long after: the stat decides
+    assert settled.entries["a.txt"][1].digest == "what a coarse clock hid" and settled.fresh == []

@@ -23,8 +23,10 @@ IGNORED_FOLDERS = frozenset({
 })
 ENVIRONMENT_MARKS = ("pyvenv.cfg", "conda-meta")  # a folder holding one of these is a virtual environment
 # timestamps come from a coarse clock: a file written again this soon after a walk may keep its stat, so such a
-# file is read again on the next walk (git's "racily clean" entries)
+# file is read again on the next walk (git's "racily clean" entries); on a file system that keeps whole seconds
+# only (its change times end in 0 ns), within the second too
 RACY_NS = 50_000_000
+RACY_WHOLE_SECONDS_NS = 1_050_000_000
 MAX_PATHS = 200_000  # a tree larger than this is no work directory to keep (a home, a disk): checkpoints stop
 
 
@@ -135,7 +137,7 @@ def walk(root: str, previous: dict[str, tuple[tuple, Entry]], keep: Keep, racy_b
                     sign = signature(info)
                     before = previous.get(path)
                     if before is not None and before[0] == sign and max(info.st_mtime_ns, info.st_ctime_ns) < \
-                            racy_before - RACY_NS:
+                            racy_before - (RACY_NS if info.st_ctime_ns % 1_000_000_000 else RACY_WHOLE_SECONDS_NS):
                         entries[path] = before
                         continue
                     if stat.S_ISLNK(mode):
