@@ -237,18 +237,18 @@ def test_a_file_written_just_before_the_last_walk_is_read_again_whatever_its_sta
     a walk, at the same size, can keep its stat: such a file is read again at the next walk."""
     from miniagi.checkpoints.tree import RACY_NS, Entry, walk
 
-    (tmp_path / "a.txt").write_text("same size 1")
-    reads = []
+    root = tmp_path / "tree"
+    root.mkdir()
+    (root / "a.txt").write_text("same size 1")
 
     def keep(descriptor, info, path):
-        reads.append(path)
         return Entry("file", info.st_mode & 0o7777, info.st_size, os.read(descriptor, 100).decode())
 
-    first = walk(str(tmp_path), {}, keep)
+    first = walk(str(root), {}, keep)
     signature, _ = first.entries["a.txt"]
     stale = {"a.txt": (signature, Entry("file", 0o644, 11, "what a coarse clock hid"))}
-    written = os.stat(tmp_path / "a.txt").st_ctime_ns
-    again = walk(str(tmp_path), stale, keep, racy_before=written + RACY_NS // 2)  # the walk before: just after
+    written = os.stat(root / "a.txt").st_ctime_ns
+    again = walk(str(root), stale, keep, racy_before=written + RACY_NS // 2)  # the walk before: just after
     assert again.entries["a.txt"][1].digest == "same size 1" and again.fresh == ["a.txt"]
-    settled = walk(str(tmp_path), stale, keep, racy_before=written + 2 * RACY_NS)  # long after: the stat decides
+    settled = walk(str(root), stale, keep, racy_before=written + 2 * RACY_NS)  # long after: the stat decides
     assert settled.entries["a.txt"][1].digest == "what a coarse clock hid" and settled.fresh == []
