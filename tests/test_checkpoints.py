@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from .conftest import act, run_dirs
+from .conftest import act, one_line, run_dirs
 
 
 def tree(root) -> dict[str, tuple]:
@@ -336,3 +336,16 @@ def test_undo_in_a_terminal_shows_the_diff_and_asks_first(cli, llm, isolated):
     assert accepted.returncode == 0, accepted.stderr
     assert f"undone: {isolated.work} is back as it was before the run (1 path changed)" in accepted.stderr
     assert (isolated.work / "a.txt").read_text() == "mine\n"
+
+
+def test_a_damaged_store_is_said_in_one_line_never_restored_from(cli, llm, isolated):
+    (isolated.work / "a.txt").write_text("original\n")
+    llm.add(act("execute_shell", "echo changed > a.txt"), act("done", "ok"))
+    assert cli("-y", "--unattended", "edit").returncode == 0
+    run_dir = run_dirs(isolated.home)[-1]
+    blobs = run_dir / "checkpoints" / "blobs"
+    blobs.write_bytes(blobs.read_bytes().replace(b"original", b"tampered"))
+    diff = cli("diff", run_dir.name)
+    assert diff.returncode == 2 and one_line(diff.stderr) and "is damaged" in diff.stderr
+    assert cli("undo", run_dir.name, "-y").returncode == 2
+    assert (isolated.work / "a.txt").read_text() == "changed\n"

@@ -252,3 +252,4 @@ def test_a_file_written_just_before_the_last_walk_is_read_again_whatever_its_sta
     assert again.entries["a.txt"][1].digest == "same size 1" and again.fresh == ["a.txt"]
     settled = walk(str(root), stale, keep, racy_before=written + 2 * RACY_NS)  # long after: the stat decides
     assert settled.entries["a.txt"][1].digest == "what a coarse clock hid" and settled.fresh == []
+

@@ -20,6 +20,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import ConfigError
 from ..safefs import append, open_dir
 from .tree import Entry
 
@@ -28,8 +29,8 @@ BLOBS, LOG = "blobs", "log.jsonl"
 OPEN_FLAGS = os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 
-class StoreError(Exception):
-    """The checkpoints cannot be read (missing, damaged, changed by someone else)."""
+class StoreError(ConfigError):
+    """The checkpoints cannot be read (missing, damaged, changed by someone else): one line, as a usage error."""
 
 
 @dataclass
