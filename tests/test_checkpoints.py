@@ -349,3 +349,18 @@ def test_a_damaged_store_is_said_in_one_line_never_restored_from(cli, llm, isola
     assert diff.returncode == 2 and one_line(diff.stderr) and "is damaged" in diff.stderr
     assert cli("undo", run_dir.name, "-y").returncode == 2
     assert (isolated.work / "a.txt").read_text() == "changed\n"
+
+
+def test_a_work_directory_that_holds_the_home_does_not_keep_the_home(cli, llm, isolated):
+    """`miniagi` run in ~ with the default home ~/.miniagi: the checkpoints must not keep themselves (nor the
+    memory, nor other runs)."""
+    home = isolated.work / ".miniagi"
+    llm.add(act("execute_shell", "echo x > a.txt"), act("execute_shell", "echo y > b.txt"), act("done", "ok"))
+    proc = cli("-y", "--unattended", "--sandbox", "namespace", "work at home", env={"MINIAGI_HOME": str(home)})
+    assert proc.returncode == 0, proc.stderr
+    (run_dir,) = run_dirs(home)
+    events = [json.loads(line) for line in (run_dir / "trace.jsonl").read_text().splitlines()]
+    assert [e["files"] for e in events if e["type"] == "observation"][:2] == [{"a.txt": "added"}, {"b.txt": "added"}]
+    assert b"run_start" not in (run_dir / "checkpoints" / "blobs").read_bytes()  # no trace of its own kept
+    assert cli("undo", run_dir.name, "-y", env={"MINIAGI_HOME": str(home)}).returncode == 0
+    assert os.listdir(isolated.work) == [".miniagi"]

@@ -18,7 +18,7 @@ from typing import Callable, Iterable, Iterator
 
 from ..runs import now_iso
 from .store import Record, Secrets, Store
-from .tree import Entry, TooLarge, walk
+from .tree import Entry, TooLarge, inside, walk
 
 FOLDER = "checkpoints"  # in the run's folder
 MAX_KEPT_BYTES = 2 * 2**30  # what one checkpoint may add to the store: more is no work directory (a home, a disk)
@@ -29,6 +29,7 @@ class Checkpoints:
     def __init__(self, workdir: Path, run_dir: Path, *, file_limit_bytes: int, secrets: Iterable[str] = (),
                  warn: Callable[[str], None] = lambda text: None, completed_step: int = 0):
         self.workdir = str(workdir)
+        self.skip = inside(workdir, home_of(run_dir))  # a work directory that holds the home (miniagi run in ~)
         self.file_limit = file_limit_bytes
         self.secrets = Secrets.of(secrets)
         self.warn = warn
@@ -101,7 +102,7 @@ class Checkpoints:
             return entry
 
         try:
-            found = walk(self.workdir, self.walked, keep, self.walked_ns)
+            found = walk(self.workdir, self.walked, keep, self.walked_ns, self.skip)
         except BaseException:
             self.store.forget(added)  # contents no record will name
             raise
@@ -168,6 +169,11 @@ def open_checkpoints(settings, run_dir: Path, secrets: Iterable[str], warn: Call
     except OSError as exc:  # the run goes on without them
         warn(f"checkpoints are off for this run: {exc.strerror or exc}")
         return NoCheckpoints()
+
+
+def home_of(run_dir: Path) -> Path:
+    """$MINIAGI_HOME, from a run's folder in it (HOME/runs/RUN_ID)."""
+    return run_dir.parent.parent
 
 
 def may_change_files(command: str) -> bool:

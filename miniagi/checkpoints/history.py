@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..runs import now_iso
+from . import FOLDER, describe, home_of
 from .store import Record, Store, StoreError
-from .tree import DIR_FLAGS, FILE_FLAGS, Entry, TooLarge, walk
+from .tree import DIR_FLAGS, FILE_FLAGS, Entry, TooLarge, inside, walk
 
 DIFF_MAX_BYTES = 4 * 2**20  # a text larger than this is named, not diffed (difflib's time grows with its square)
 
@@ -68,7 +69,7 @@ def plan_undo(store: Store, workdir: str, to_step: int) -> Plan:
     later = [record for record in store.records if record.step > to_step]
     ran = set().union(*(r.changes for r in later if r.kind in ("step", "undo")))
     outside = set().union(*(r.changes for r in later if r.kind == "outside"))
-    now = current(workdir)
+    now = current(workdir, ran, inside(Path(workdir), home_of(store.folder.parent)))
     for path in sorted(ran):
         present, wanted, left_by_run = now.get(path), target.get(path), last.get(path)
         if _same(present, wanted):
@@ -84,17 +85,19 @@ def plan_undo(store: Store, workdir: str, to_step: int) -> Plan:
     return plan
 
 
-def current(workdir: str) -> dict[str, Entry]:
-    """The work directory as it is now (every file's content hashed, nothing kept)."""
+def current(workdir: str, paths: set[str], skip: frozenset[str]) -> dict[str, Entry]:
+    """The work directory as it is now (the contents of `paths` hashed, nothing kept)."""
 
     def digest(descriptor: int, info, path: str) -> Entry:
+        if path not in paths:
+            return Entry("file", info.st_mode & 0o7777, info.st_size)
         hashed, size = hashlib.sha256(), 0
         while chunk := os.read(descriptor, 1 << 20):
             hashed.update(chunk)
             size += len(chunk)
         return Entry("file", info.st_mode & 0o7777, size, hashed.hexdigest())
 
-    return {path: entry for path, (_, entry) in walk(workdir, {}, digest).entries.items()}
+    return {path: entry for path, (_, entry) in walk(workdir, {}, digest, skip=skip).entries.items()}
 
 
 def apply_undo(store: Store, workdir: str, plan: Plan, run_steps: int) -> list[tuple[str, str]]:
@@ -292,8 +295,6 @@ def on_disk(workdir: str):
 
 
 def open_store(run_dir: Path) -> Store:
-    from . import FOLDER
-
     store = Store(run_dir / FOLDER)
     if not store.records:
         store.close()
@@ -316,8 +317,6 @@ def print_diff(record, step: int | None) -> None:
 
 def changes_text(record, step: int | None) -> tuple[dict[str, str], str]:
     """What the run (or its step) changed: each path → added, modified or deleted, and the unified diff."""
-    from . import describe
-
     store = _opened(record)
     try:
         if step is not None:

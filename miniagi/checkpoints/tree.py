@@ -11,6 +11,7 @@ import os
 import stat
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
@@ -92,10 +93,12 @@ class Walk:
     started_ns: int
 
 
-def walk(root: str, previous: dict[str, tuple[tuple, Entry]], keep: Keep, racy_before: int = 0) -> Walk:
+def walk(root: str, previous: dict[str, tuple[tuple, Entry]], keep: Keep, racy_before: int = 0,
+         skip: frozenset[str] = frozenset()) -> Walk:
     """The tree under root. A path whose signature is as in `previous` keeps its entry, unless it was written
     within RACY_NS of the walk before (`racy_before`: when that walk started); every other regular file is read
-    through `keep`. Sockets, FIFOs and devices are left out."""
+    through `keep`. Sockets, FIFOs and devices are left out, and so are the folders in `skip` (miniagi's own home,
+    when the work directory holds it: the checkpoints would keep themselves)."""
     started = time.time_ns()
     entries: dict[str, tuple[tuple, Entry]] = {}
     fresh: list[str] = []
@@ -123,6 +126,8 @@ def walk(root: str, previous: dict[str, tuple[tuple, Entry]], keep: Keep, racy_b
                         continue
                     mode = info.st_mode
                     if stat.S_ISDIR(mode):
+                        if path in skip:
+                            continue
                         if item.name in IGNORED_FOLDERS:
                             ignored.append(path)
                             continue
@@ -156,6 +161,14 @@ def walk(root: str, previous: dict[str, tuple[tuple, Entry]], keep: Keep, racy_b
         for folder, _ in stack:
             os.close(folder)
     return Walk(entries, fresh, ignored, started)
+
+
+def inside(root: Path, folder: Path) -> frozenset[str]:
+    """`folder` as a path under `root` (both resolved), to skip; nothing when it lies elsewhere."""
+    try:
+        return frozenset({folder.resolve().relative_to(root.resolve()).as_posix()}) - {"."}
+    except (ValueError, OSError):
+        return frozenset()
 
 
 def read_file(folder: int, name: str, info: os.stat_result, path: str, keep: Keep) -> Entry:
