@@ -109,8 +109,13 @@ def walk(root: str, previous: dict[str, tuple[tuple, Entry]], keep: Keep, racy_b
         while stack:
             folder, prefix = stack.pop()
             try:
-                with os.scandir(folder) as listing:
-                    found = list(listing)
+                try:
+                    with os.scandir(folder) as listing:
+                        found = list(listing)
+                except OSError:
+                    if not prefix:
+                        raise
+                    continue  # a folder code made unreadable: what it holds is not seen
                 if len(entries) + len(found) > MAX_PATHS:
                     raise TooLarge(f"the work directory holds over {MAX_PATHS:,} files and folders")
                 if prefix and any(item.name in ENVIRONMENT_MARKS for item in found):
