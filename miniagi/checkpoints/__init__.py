@@ -41,6 +41,7 @@ class Checkpoints:
         self.told = False
         self.broken = ""  # why checkpoints stopped for this run
         self.changed: dict[int, dict[str, str]] = {}  # step → what it changed, until its observation
+        self.unsaid: list[str] = []  # what to tell the person, said from the loop's thread (in order with the steps)
         self.lock = threading.Lock()
         # a new run keeps the tree first; a resumed one notes what changed while it stood still
         first = ("start", completed_step) if not self.store.records else ("outside", completed_step + 0.5)
@@ -56,6 +57,7 @@ class Checkpoints:
             return
         self.first.join()
         self._take("outside", number - 0.5)
+        self._say()
         try:
             yield
         finally:
@@ -64,8 +66,13 @@ class Checkpoints:
     def files(self, number: int) -> dict[str, str] | None:
         """What step `number` changed, for its observation: each path (a folder's with a trailing /) → added,
         modified or deleted (None once checkpoints stopped: not known)."""
+        self._say()
         changed = self.changed.pop(number, {})
         return None if self.broken else changed
+
+    def _say(self) -> None:
+        while self.unsaid:
+            self.warn(self.unsaid.pop(0))
 
     def _take(self, kind: str, step: float) -> dict[str, str]:
         with self.lock:
@@ -75,12 +82,12 @@ class Checkpoints:
                 return self._record(kind, step)
             except TooLarge as exc:
                 self.broken = str(exc)
-                self.warn(f"checkpoints are off for the rest of this run: {exc} (give a smaller --workdir, or "
-                          "--no-checkpoints)")
+                self.unsaid.append(f"checkpoints are off for the rest of this run: {exc} (give a smaller --workdir, "
+                                   "or --no-checkpoints)")
                 return {}
             except Exception as exc:  # the disk, or a bug: the run goes on without checkpoints, and says so
                 self.broken = f"{type(exc).__name__}: {exc}"
-                self.warn(f"checkpoints stopped for this run (undo covers the steps before): {self.broken}")
+                self.unsaid.append(f"checkpoints stopped for this run (undo covers the steps before): {self.broken}")
                 return {}
 
     def _record(self, kind: str, step: float) -> dict[str, str]:
@@ -136,7 +143,8 @@ class Checkpoints:
         self.told = True
         left = [f"{path}/ (a folder never kept)" for path in ignored] + self.left_out
         more = f" and {len(left) - LEFT_OUT_SHOWN} more" if len(left) > LEFT_OUT_SHOWN else ""
-        self.warn(f"checkpoints: not kept, so undo cannot bring them back: {', '.join(left[:LEFT_OUT_SHOWN])}{more}")
+        self.unsaid.append(f"checkpoints: not kept, so undo cannot bring them back: "
+                           f"{', '.join(left[:LEFT_OUT_SHOWN])}{more}")
         self.left_out = []
 
     def close(self) -> None:
