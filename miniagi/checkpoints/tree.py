@@ -22,7 +22,7 @@ IGNORED_FOLDERS = frozenset({
     ".git", ".hg", ".svn", ".jj", "node_modules", "__pycache__", ".venv", "venv", ".mypy_cache", ".pytest_cache",
     ".ruff_cache", ".tox", ".nox", ".cache", ".ipynb_checkpoints", ".gradle", ".terraform",
 })
-ENVIRONMENT_MARKS = ("pyvenv.cfg", "conda-meta")  # a folder holding one of these is a virtual environment
+ENVIRONMENT_MARKS = frozenset({"pyvenv.cfg", "conda-meta"})  # a folder holding one of these is a virtual environment
 # timestamps come from a coarse clock: a file written again this soon after a walk may keep its stat, so such a
 # file is read again on the next walk (git's "racily clean" entries); on a file system that keeps whole seconds
 # only (its change times end in 0 ns), within the second too
@@ -100,6 +100,8 @@ def walk(root: str, previous: dict[str, tuple[tuple, Entry]], keep: Keep, racy_b
     through `keep`. Sockets, FIFOs and devices are left out, and so are the folders in `skip` (miniagi's own home,
     when the work directory holds it: the checkpoints would keep themselves)."""
     started = time.time_ns()
+    settled_fine, settled_coarse = racy_before - RACY_NS, racy_before - RACY_WHOLE_SECONDS_NS
+    earlier, is_dir, is_link, is_file = previous.get, stat.S_ISDIR, stat.S_ISLNK, stat.S_ISREG
     entries: dict[str, tuple[tuple, Entry]] = {}
     fresh: list[str] = []
     ignored: list[str] = []
@@ -118,7 +120,7 @@ def walk(root: str, previous: dict[str, tuple[tuple, Entry]], keep: Keep, racy_b
                     continue  # a folder code made unreadable: what it holds is not seen
                 if len(entries) + len(found) > MAX_PATHS:
                     raise TooLarge(f"the work directory holds over {MAX_PATHS:,} files and folders")
-                if prefix and any(item.name in ENVIRONMENT_MARKS for item in found):
+                if prefix and not ENVIRONMENT_MARKS.isdisjoint([item.name for item in found]):
                     ignored.append(prefix.rstrip("/"))
                     del entries[prefix.rstrip("/")]
                     fresh.remove(prefix.rstrip("/"))
@@ -130,7 +132,7 @@ def walk(root: str, previous: dict[str, tuple[tuple, Entry]], keep: Keep, racy_b
                     except OSError:  # gone since the listing
                         continue
                     mode = info.st_mode
-                    if stat.S_ISDIR(mode):
+                    if is_dir(mode):
                         if path in skip:
                             continue
                         if item.name in IGNORED_FOLDERS:
@@ -144,18 +146,20 @@ def walk(root: str, previous: dict[str, tuple[tuple, Entry]], keep: Keep, racy_b
                         entries[path] = (signature(info), Entry("folder", stat.S_IMODE(mode)))
                         fresh.append(path)
                         continue
-                    sign = signature(info)
-                    before = previous.get(path)
-                    if before is not None and before[0] == sign and max(info.st_mtime_ns, info.st_ctime_ns) < \
-                            racy_before - (RACY_NS if info.st_ctime_ns % 1_000_000_000 else RACY_WHOLE_SECONDS_NS):
+                    changed_ns, modified_ns = info.st_ctime_ns, info.st_mtime_ns
+                    sign = (mode, info.st_size, modified_ns, changed_ns, info.st_ino)  # signature(info), inline
+                    before = earlier(path)
+                    if before is not None and before[0] == sign and (modified_ns if modified_ns > changed_ns else
+                                                                     changed_ns) < (settled_fine if changed_ns %
+                                                                                    1_000_000_000 else settled_coarse):
                         entries[path] = before
                         continue
-                    if stat.S_ISLNK(mode):
+                    if is_link(mode):
                         try:
                             entries[path] = (sign, Entry("link", target=os.readlink(item.name, dir_fd=folder)))
                         except OSError:
                             continue
-                    elif stat.S_ISREG(mode):
+                    elif is_file(mode):
                         entries[path] = (sign, read_file(folder, item.name, info, path, keep))
                     else:
                         continue
