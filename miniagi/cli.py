@@ -24,6 +24,8 @@ COMMAND_HELP = {
     "replay": "re-drive a recorded run with its recorded model replies: no model calls",
     "ui": "start, watch and steer runs in a browser (pip install \"miniagi[ui]\")",
     "chat": "an interactive session: each line is the next objective; Python state, memory and summary carry over",
+    "diff": "show what a run (or one of its steps) changed in its work directory, as a unified diff",
+    "undo": "put a run's work directory back as it was before the run (or after one of its steps)",
 }
 
 
@@ -205,6 +207,23 @@ def build_parser() -> argparse.ArgumentParser:
     ui.add_argument("--home", default=None, help="where runs live [MINIAGI_HOME]")
     ui.add_argument("--workdir", action="append", default=None, metavar="DIR",
                     help="a work directory runs started from the browser may use, besides this folder (repeatable)")
+
+    diff = commands.add_parser("diff", help=COMMAND_HELP["diff"], description=COMMAND_HELP["diff"] + " (binary "
+                               "files are named, not shown). Needs the run's checkpoints (on by default).")
+    diff.add_argument("run_id", help="the run's id, a unique prefix of it, or last (the newest run)")
+    diff.add_argument("--step", type=int, default=None, metavar="N", help="only what step N changed")
+    diff.add_argument("--home", default=None, help="where runs live [MINIAGI_HOME]")
+
+    undo = commands.add_parser("undo", help=COMMAND_HELP["undo"], description=COMMAND_HELP["undo"] + ", byte for "
+                               "byte, modes included: files it modified restored, files it made removed, files and "
+                               "folders it deleted back. Shows the diff and asks first (-y: not). A path changed "
+                               "since outside the run is left as it is, and named. Exit 0 when everything was put "
+                               "back, 1 when something was left.")
+    undo.add_argument("run_id", help="the run's id, a unique prefix of it, or last (the newest run)")
+    undo.add_argument("--to-step", type=int, default=None, metavar="N", help="back to the files as they were after "
+                      "step N (default: before the run)")
+    undo.add_argument("-y", "--yes", action="store_true", help="undo without asking")
+    undo.add_argument("--home", default=None, help="where runs live [MINIAGI_HOME]")
 
     memory = commands.add_parser("memory", help=COMMAND_HELP["memory"], description=COMMAND_HELP["memory"])
     memory.add_argument("action", choices=("search", "stats", "clear"))
@@ -454,6 +473,19 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0 if report.reproduced else 1
 
 
+def cmd_diff(args: argparse.Namespace) -> int:
+    from .checkpoints.history import print_diff
+
+    print_diff(_store(args).open(args.run_id), args.step)
+    return 0
+
+
+def cmd_undo(args: argparse.Namespace) -> int:
+    from .checkpoints.history import undo
+
+    return undo(_store(args).open(args.run_id), args.to_step, yes=args.yes)
+
+
 class MemoryUnavailable(Exception):
     """The vector memory cannot be opened or reached: one line, exit 1."""
 
@@ -585,7 +617,7 @@ UNUSABLE_PLACE = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.E
 
 HANDLERS = {"run": cmd_run, "resume": cmd_resume, "runs": cmd_runs, "show": cmd_show, "memory": cmd_memory,
             "batch": cmd_batch, "batch-report": cmd_batch_report, "replay": cmd_replay, "chat": cmd_chat,
-            "ui": cmd_ui}
+            "ui": cmd_ui, "diff": cmd_diff, "undo": cmd_undo}
 
 
 def compact_malloc() -> None:

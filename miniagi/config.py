@@ -229,6 +229,11 @@ class Settings:
     unattended: bool = option(False, parse_bool, "never wait for a person (implied when stdin is not a terminal)")
     debug: bool = option(False, parse_bool, "print each full context (the system prompt once) and each raw model "
                          "reply as it streams; keep full prompts in the trace", aliases=("DEBUG",))
+    checkpoints: bool = option(True, parse_bool, "keep a checkpoint of the work directory's files at every step, "
+                               "so that `miniagi diff` shows and `miniagi undo` reverts what a run changed",
+                               negatable=True)
+    checkpoint_max_file: int = option(50, parse_positive_int, "files larger than this (MB) are not kept by "
+                                      "checkpoints (undo cannot bring them back; the run says which)", metavar="MB")
     memory_scope: str = option("workdir", parse_memory_scope, "what recall searches: workdir (the runs of this work "
                                "directory), global (all runs), run (this run only) or off (no vector memory)",
                                metavar="SCOPE")

@@ -94,6 +94,8 @@ class Observation(Event):
     note: str | None = optional()  # the part of text that says how the reply was read (at its end), not output
     search: list | None = optional()  # web search results the step left ({title, url, snippet}): "ingest_data 2"
     #                                   still names the second after a resume
+    files: dict | None = optional()  # what the step changed in the work directory: path (a folder's ending in /) →
+    #                                  added, modified or deleted (checkpoints on; None: off, or an older trace)
 
     @property
     def output(self) -> str:

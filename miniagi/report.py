@@ -8,6 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from . import events as ev
+from .checkpoints import summary
 from .runs import RunRecord, RunStore
 from .ui import calls, make_console, plural, visible, visible_json
 
@@ -102,6 +103,8 @@ def print_run(record: RunRecord, raw: bool = False, as_json: bool = False) -> No
             say("argument:\n" + _indent(event.arg), "yellow")
         elif isinstance(event, ev.Observation):
             say("observation:\n" + _indent(event.text), "dim")
+            if event.files:
+                say(f"files: {summary(event.files)} (miniagi diff {record.run_id} --step {step})", "cyan")
         elif isinstance(event, ev.FormatError):
             console.print()
             prompt, completion, _ = usage.get(step, [0, 0, 0.0])

@@ -23,6 +23,7 @@ from memory.run_memory import RunMemory
 
 from . import critic
 from . import events as ev
+from .checkpoints import open_checkpoints
 from .commands import COMMANDS, Outcome, code_commands
 from .config import OPTIONS_BY_NAME, ConfigError
 from .execution import cap_text
@@ -97,6 +98,9 @@ class Run:
         # one event at a time into the trace and the state: a model call may end on another thread (a summary)
         self.emitting = threading.RLock()
         self.ended = False  # after run_end nothing is recorded (a summary left behind by Ctrl-C)
+        # what each step changes in the work directory, kept to be shown and undone (checkpoints/)
+        self.checkpoints = open_checkpoints(self.settings, record.dir, services.redact.values, self.ui.warn,
+                                            state.completed_step)
 
     def emit(self, event: ev.Event) -> None:
         with self.emitting:
@@ -140,7 +144,8 @@ class Run:
                     self.remember(*objective)
                     objective = []
                 if action is not None:  # None: a malformed reply, recorded and sent back
-                    outcome = self.act(action)
+                    with self.checkpoints.step(state.step, action.command):
+                        outcome = self.act(action)
                     if outcome.answer is not None:  # accepted, it ends the run (Submitted); rejected, it is sent back
                         outcome = replace(outcome, observation=self.final_review(outcome.answer), answer=None)
                     self.observe(action, outcome)
@@ -164,6 +169,7 @@ class Run:
             self.memory.settle(wait=not interrupted)
             if self.owns_workspace:
                 self.workspace.close()
+            self.checkpoints.close()
             self.flush_memory()
             for path in self.services.dotenv.changed():
                 self.ui.warn(f"{path} changed during this run: settings in it that reach the network, widen what code "
@@ -377,7 +383,8 @@ class Run:
             self.recorded_search = self.workspace.last_search
             search = redact_data(self.services.redact, [asdict(result) for result in self.recorded_search])
         self.emit(ev.Observation(step=number, text=f"{observation}\n\n{note}" if note else observation,
-                                 notes=list(outcome.notes), note=note or None, search=search))
+                                 notes=list(outcome.notes), note=note or None, search=search,
+                                 files=self.checkpoints.files(number)))
         notes = [self.memory.item("note", note, number, suffix=str(i) if i else "")
                  for i, note in enumerate(outcome.notes)]
         self.remember(*self.memory.step_items(self.state.steps[-1]), *notes,

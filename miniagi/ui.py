@@ -240,6 +240,8 @@ class Terminal:
             self.action(event.step, event.thought, event.command, event.arg, cost_usd)
         elif isinstance(event, ev.Observation):
             self.observation(event.text)
+            if event.files:
+                self.files_changed(event.files)
         elif isinstance(event, ev.FormatError):
             problem = event.error.splitlines()[0].removeprefix("Your reply could not be used: ").rstrip(".")
             self.warn(f"step {event.step}: the reply could not be used: {problem}")
@@ -269,6 +271,13 @@ class Terminal:
             if not shown:
                 return
         self.console.print(Text(_indent(_preview(shown, OBSERVATION_PREVIEW_LINES)), style="dim"))
+
+    def files_changed(self, files: dict[str, str]) -> None:
+        """What the step changed in the work directory, on one line (`miniagi diff RUN --step N` shows it)."""
+        from .checkpoints import summary
+
+        if not self.quiet:
+            self.console.print(Text(f"  {self.shown(summary(files))}", style="cyan"))
 
     def critic(self, text: str) -> None:
         self.say(Text(f"  critic: {_preview(self.shown(text), 4)}", style="bold cyan"))

@@ -174,8 +174,8 @@ def _serve(steps: int, connection) -> None:
                       for p in prompts], roles))
 
 
-def run_agent(steps: int, budget: int, home: Path, memory_scope: str = "global") -> AgentRun:
-    """A run of the scripted agent, timed step by step."""
+def run_agent(steps: int, budget: int, home: Path, memory_scope: str = "global", **options) -> AgentRun:
+    """A run of the scripted agent, timed step by step (`options`: more settings)."""
     import multiprocessing
 
     from miniagi import Agent, OpenAIModel, Settings
@@ -192,7 +192,7 @@ def run_agent(steps: int, budget: int, home: Path, memory_scope: str = "global")
         settings = Settings(model="agent-model", summarizer_model="summarizer-model", yes=True, unattended=True,
                             max_steps=steps + 5, max_cost=0, max_context_tokens=budget,
                             max_memory_item_tokens=600, workdir=str(home / "work"), home=str(home),
-                            memory_scope=memory_scope)
+                            memory_scope=memory_scope, **options)
         model = TimedModel(OpenAIModel(Endpoint(api_key="k", base_url=url)))
         agent = Agent(settings, model=model, ui=Terminal(interactive=False, quiet=True))
         started = time.perf_counter()

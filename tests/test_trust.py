@@ -356,7 +356,7 @@ def test_a_password_in_the_base_url_is_never_shown(cli, llm, isolated):
     assert down.returncode == 2 and "127.0.0.1:9" in down.stderr
     (directory, *_) = run_dirs(isolated.home)
     shown = proc.stdout + proc.stderr + down.stdout + down.stderr + json.dumps(llm.requests) + \
-        "".join(p.read_text() for p in directory.iterdir())
+        "".join(p.read_bytes().decode("latin-1") for p in directory.rglob("*") if p.is_file())  # checkpoints too
     assert "pw-hunter2" not in shown and "pw-proxy" not in shown
 
 

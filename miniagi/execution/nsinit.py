@@ -23,6 +23,9 @@ directory is written as its owner, often the host's root, and such a file would 
 
 Always, it refuses fallocate (see forbid_allocation): --exec-disk then holds within one command.
 
+With --hide=FOLDER (the namespace sandbox, for each folder it hides: the agent's home, with its runs and their
+checkpoints), it first lays an empty read-only tmpfs over the folder; without privileges code cannot take it away.
+
 With --scope-sockets it puts itself, and so everything it starts, in a Landlock domain that reaches no abstract
 unix socket of the host (see scope_abstract_sockets).
 """
@@ -32,7 +35,7 @@ import select
 import signal
 import sys
 
-MS_RDONLY, MS_REMOUNT, MS_BIND, MS_RELATIME = 1, 32, 4096, 1 << 21
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_RELATIME = 1, 2, 4, 8, 32, 4096, 1 << 21
 PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 24, 38, 22, 2
 SYS_LANDLOCK_CREATE_RULESET, SYS_LANDLOCK_RESTRICT_SELF = 444, 446  # asm-generic numbers: x86_64 and aarch64
 LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET, LANDLOCK_SCOPE_SIGNAL = 1, 2
@@ -67,6 +70,14 @@ def _host_root() -> bool:
             return any(line.split()[:2] == ["0", "0"] for line in mapping)
     except OSError:
         return True
+
+
+def hide(folders: list[str]) -> None:
+    """An empty, read-only tmpfs over each folder: what the agent keeps there is out of the code's sight and reach."""
+    libc = _libc()
+    for folder in folders:
+        _check(libc.mount(b"hidden", folder.encode(), b"tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                          b"size=4k,mode=0"), f"hiding {folder}")
 
 
 def drop_privileges(remount: bool = True) -> None:
@@ -224,6 +235,7 @@ def main() -> int:
                 os.setgroups([])
                 os.setresgid(0, 0, 0)
                 os.setresuid(0, 0, 0)
+            hide([flag.removeprefix("--hide=") for flag in flags if flag.startswith("--hide=")])
             drop_privileges(remount="--drop-privileges" in flags)
             forbid_set_id_modes()
         except OSError as exc:  # never run code with privileges it was meant not to have

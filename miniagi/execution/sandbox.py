@@ -214,12 +214,22 @@ class Namespace(NamespaceSandbox):
 
     def launch(self, argv: list[str]) -> Launch:
         flags = [*self.FLAGS, *(() if self.policy.network else ("--net",))]
-        inner = self._nsinit(argv, "--drop-privileges")
+        inner = self._nsinit(argv, "--drop-privileges", *(f"--hide={folder}" for folder in self.hidden_folders()))
         return Launch(self._launcher([self.program, *flags, *inner], ignore_interrupt=True), (self._lifeline_read,))
+
+    def hidden_folders(self) -> list[Path]:
+        """The agent's own folders ($MINIAGI_HOME: runs, their checkpoints, memory), laid over by an empty tmpfs in
+        the code's mount namespace; not one that holds the work directory or a --sandbox-allow path."""
+        workdir, allowed = _real(self.policy.workdir), [_real(a) for a in self.policy.allowed]
+        return [folder for folder in (_real(p) for p in self.policy.hidden) if folder is not None and folder.is_dir()
+                and not (workdir and _under(workdir, folder)) and not any(a and _under(a, folder) for a in allowed)]
+
+    def hides(self, path: Path) -> bool:
+        return any(_under(Path(path), folder) for folder in self.hidden_folders())
 
     def describe(self) -> str:
         root = "; code's uid is the host's root" if os.geteuid() == 0 else ""
-        return (f"namespace — its own processes only; files not protected; "
+        return (f"namespace — its own processes only; $MINIAGI_HOME hidden, other files not protected; "
                 f"network {'on' if self.policy.network else 'off'}{self._sockets()}{root}")
 
     def unprotected(self) -> str:

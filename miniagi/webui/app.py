@@ -30,6 +30,8 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from .. import events as ev
+from ..checkpoints import summary as files_summary
+from ..checkpoints.history import changes_text
 from ..config import ConfigError
 from ..report import cache_rate, folder, started, took
 from ..runs import STATUSES, RunStore
@@ -137,6 +139,7 @@ def create_app(home: Path, redact=lambda text: text, host: str = "127.0.0.1", to
     templates.globals.update(highlight=highlight, fold_lines=FOLD_LINES, cache_rate=cache_rate, csrf=csrf_value(token),
                              folder=folder, started=started, took=took,
                              workdirs=bench.workdirs, protocols=PROTOCOLS, rate_min_s=RATE_MIN_S)
+    templates.globals["files_summary"] = files_summary  # a step's line: "2 files changed: a.txt, d.txt (new)"
     templates.filters["redact"] = lambda text: redact(str(text)) if text is not None else ""
     templates.filters["markdown"] = markdown
 
@@ -295,6 +298,17 @@ def create_app(home: Path, redact=lambda text: text, host: str = "127.0.0.1", to
         return page("prompt.html", run_id=record.run_id, step=step, prompts=read_prompts(record.dir, step),
                     steps=record.read_result().get("steps") or 0)
 
+    def run_diff(request: Request):
+        """What the run, or its step N (?step=N), changed in its work directory (miniagi diff)."""
+        try:
+            record = store.open(request.path_params["run_id"])
+            step = int(request.query_params["step"]) if request.query_params.get("step") else None
+            files, diff = changes_text(record, step)
+        except (ConfigError, ValueError) as exc:
+            return refused(404, str(exc))
+        return page("diff.html", run_id=record.run_id, step=step, diff=diff,
+                    line=files_summary(files) if files else "no files changed")
+
     def memory_page(request: Request):
         query = request.query_params.get("q", "").strip()
         hits, problem = [], ""
@@ -315,6 +329,7 @@ def create_app(home: Path, redact=lambda text: text, host: str = "127.0.0.1", to
     app = Starlette(routes=[
         Route("/", runs_list), Route("/runs/{run_id}", run_page), Route("/runs/{run_id}/events", run_events),
         Route("/runs/{run_id}/prompt/{step}", prompt_page),
+        Route("/runs/{run_id}/diff", run_diff),
         *batch_routes(home, page), Route("/memory", memory_page), Route("/api/runs", api_runs),
         *steer_routes,
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static")],
