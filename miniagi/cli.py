@@ -403,6 +403,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
         raise ConfigError("--workers and --repeat must be at least 1")
     options = {name: value for name, value in _flags(args).items() if value is not None}
     settings = resolve_settings(options)  # a bad option fails here, once, not in every worker
+    check_dotenv(settings)  # its checks run with the sandbox and limits of ./.env, and its results go to its home
     # from the whole file name: jobs.txt and jobs.jsonl beside each other keep their results apart
     out = Path(args.out) if args.out else path.with_name(path.name.replace(".", "-") + "-results")
     cluster = None
@@ -528,6 +529,16 @@ def _clear_memory(args: argparse.Namespace, vectors, settings, where) -> None:
           f"removed {plural(removed, 'memory', 'memories')}{f' of run {args.run}' if args.run else ''}")
 
 
+def check_dotenv(settings) -> None:
+    """The .env check a run makes (trust.py's one rule), for a command that takes settings from ./.env without
+    starting a run of its own first: `ui` (its home), `batch` (its home, and the sandbox its checks run in). A
+    .env that code of a run could have written is asked about, or refused with no terminal."""
+    from .trust import DotenvGuard
+    from .ui import Terminal
+
+    DotenvGuard(settings, os.environ).check(Terminal(interactive=sys.stdin is not None and sys.stdin.isatty()))
+
+
 def cmd_ui(args: argparse.Namespace) -> int:
     try:
         from .webui.app import listen, serve
@@ -542,7 +553,9 @@ def cmd_ui(args: argparse.Namespace) -> int:
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"miniagi: warning: the UI listens on {args.host}: anyone who can reach this machine on port "
               f"{args.port} and has the URL below can read every run and run code as you", file=sys.stderr)
-    home = resolve_settings({"home": args.home}).home_path
+    settings = resolve_settings({"home": args.home})
+    check_dotenv(settings)  # its home may come from ./.env
+    home = settings.home_path
     workdirs = [Path(d).expanduser().resolve() for d in [".", *(args.workdir or [])]]
     missing = [str(d) for d in workdirs if not d.is_dir()]
     if missing:

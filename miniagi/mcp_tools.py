@@ -2,8 +2,11 @@
 
 Servers are configured in the format the ecosystem uses, `{"mcpServers": {"NAME": {"command", "args", "env"}}}` for
 a program spoken to over stdio, `{"NAME": {"url"}}` for streamable HTTP: files given with --mcp-config (or
-MINIAGI_MCP_CONFIG), and the work directory's `.mcp.json` once the user said yes to it (it starts programs outside
-the sandbox, and code a run executes can write it: the same trust record as `.env`).
+MINIAGI_MCP_CONFIG), and the work directory's `.mcp.json` once the user said yes to it and to the scripts it names
+(it starts programs outside the sandbox, and code a run executes can write it: trust.py's one rule judges it, at its
+own path). A server starts in an empty folder of its own, never the work directory, a relative command or script
+path is taken from the configuration file's own folder, and a Python server runs isolated (`python -I`): nothing
+code wrote where it works is imported by a program that runs outside the sandbox.
 
 Each tool of a server becomes a command `SERVER__TOOL`: its description is the server's, its arguments one JSON
 object (its input schema is the tools format's schema), and inside execute_python a function with keyword
@@ -22,7 +25,9 @@ import concurrent.futures
 import hashlib
 import json
 import keyword
+import os
 import re
+import shutil
 import tempfile
 import threading
 from dataclasses import dataclass, field
@@ -105,20 +110,40 @@ def read_config(path: Path) -> list[ServerSpec]:
             specs.append(ServerSpec(str(name), str(path), url=url,
                                     headers={str(k): str(v) for k, v in headers.items()}))
         elif isinstance(entry.get("command"), str) and entry["command"].strip():
-            specs.append(ServerSpec(str(name), str(path), command=entry["command"].strip(),
-                                    args=tuple(str(a) for a in args), env={str(k): str(v) for k, v in env.items()}))
+            command, args = _anchored(path.parent, entry["command"].strip(), [str(a) for a in args])
+            specs.append(ServerSpec(str(name), str(path), command=command, args=tuple(args),
+                                    env={str(k): str(v) for k, v in env.items()}))
         else:
             raise ConfigError(f"{where}: needs a \"command\" (a program spoken to over stdio) or a \"url\" "
                               "(streamable HTTP)")
     return specs
 
 
+PYTHON = re.compile(r"python[0-9.]*$")
+
+
+def _anchored(folder: Path, command: str, args: list[str]) -> tuple[str, list[str]]:
+    """A server's command line with its relative command and script paths taken from the configuration file's own
+    folder (never the current one, where code may have written), and a Python command isolated (-I: no current
+    folder, script folder, PYTHON* variable or user site on its import path)."""
+    def anchored(part: str) -> str:
+        return str(folder / part) if not os.path.isabs(part) and os.path.exists(folder / part) else part
+
+    command = str(folder / command) if "/" in command and not os.path.isabs(command) else command
+    args = [arg if arg.startswith("-") else anchored(arg) for arg in args]
+    if PYTHON.match(os.path.basename(command)) and args[:1] != ["-I"]:
+        args = ["-I", *args]
+    return command, args
+
+
 def configured_servers(settings, ui) -> list[ServerSpec]:
     """The servers of the --mcp-config files, and of the work directory's .mcp.json once trusted."""
-    given = [Path(p).expanduser().resolve() for p in settings.mcp_config]
+    from .trust import own_path
+
+    given = [own_path(p) for p in settings.mcp_config]
     specs = [spec for path in given for spec in read_config(path)]
-    local = (settings.workdir_path / WORKDIR_FILE).resolve()
-    if local.is_file() and local not in given and _trusted(local, settings, ui):
+    local = own_path(settings.workdir_path / WORKDIR_FILE)
+    if local.is_file() and local not in given and _trusted(local, ui):
         specs += read_config(local)
     seen: dict[str, ServerSpec] = {}
     for spec in specs:  # a name given twice: the later file wins, as in the ecosystem's merged configurations
@@ -126,23 +151,28 @@ def configured_servers(settings, ui) -> list[ServerSpec]:
     return list(seen.values())
 
 
-def _trusted(path: Path, settings, ui) -> bool:
-    """The work directory's .mcp.json is used once the person said yes to exactly these bytes (remembered in the
-    trust record of .env: the default home's, ~/.miniagi/trusted-env.json, and its copy in the run's home, read and
-    written as the .env check does, or that check's merge would bring back the older digest); with no one to ask
-    it is not used, said in one line."""
-    from .trust import _save, trust_records
+def _trusted(path: Path, ui) -> bool:
+    """The work directory's .mcp.json is used once the person said yes to exactly these bytes at this path, and to
+    the files its servers name (a script beside it, which code could have written as well) and, for a link, to
+    where it leads; with no one to ask it is not used, said in one line."""
+    from .trust import TARGET, TrustRecord
 
+    record = TrustRecord()
     try:
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:
-        return False
-    record_paths, _, record = trust_records(settings)  # the .env check's records, merged as it merges them
-    known = record.get(str(path))
-    if isinstance(known, dict) and known.get(TRUST_KEY) == digest:
+        facts = {TRUST_KEY: hashlib.sha256(path.read_bytes()).hexdigest()}
+        for spec in read_config(path):  # the files it names beside it, or where code has run, are part of it
+            for part in (spec.command or "", *spec.args):
+                if os.path.isabs(part) and os.path.isfile(part) and (
+                        part.startswith(str(path.parent) + os.sep) or record.in_reach(os.path.realpath(part))):
+                    facts[f"file {part}"] = hashlib.sha256(Path(part).read_bytes()).hexdigest()
+    except (OSError, ConfigError):
+        facts = {TRUST_KEY: "(unreadable)"}
+    if path.is_symlink():
+        facts[TARGET] = os.path.realpath(path)
+    if not record.judge(path, facts, new_is_trusted=False):
         return True
     what = (f"{path} asks to start MCP servers: programs that run outside the sandbox, and code that a run executes "
-            "can write this file")
+            "can write this file" + (f" (a link to {facts[TARGET]})" if TARGET in facts else ""))
     if not getattr(ui, "interactive", False):
         ui.warn(f"{path} was not used: it starts programs outside the sandbox and there is no terminal to confirm "
                 f"it; give it with --mcp-config {path} to use it")
@@ -150,15 +180,10 @@ def _trusted(path: Path, settings, ui) -> bool:
     if not ui.confirm(f"{what}. Start them?"):
         ui.warn(f"{path} was not used")
         return False
-    record[str(path)] = {**(known if isinstance(known, dict) else {}), TRUST_KEY: digest}
-    saved = 0
-    for record_path in reversed(record_paths):
-        try:
-            _save(record_path, record)
-            saved += 1
-        except OSError:
-            pass
-    if not saved:
+    record.remember(path, facts)
+    try:
+        record.save()
+    except OSError:
         ui.warn(f"the yes to {path} could not be remembered: it will be asked about again")
     return True
 
@@ -407,9 +432,10 @@ class McpTools:
     """The run's MCP servers: started (`start`) on a loop of their own, their tools registered as commands, and
     stopped (`close`). `record(command, arguments, text, ok)`, when set, hears of every call."""
 
-    def __init__(self, specs: list[ServerSpec] = (), timeout_s: float = 120.0, workdir: Path | None = None,
+    def __init__(self, specs: list[ServerSpec] = (), timeout_s: float = 120.0,
                  warn: Callable[[str], None] = lambda text: None):
-        self.specs, self.timeout_s, self.workdir, self.warn = list(specs), timeout_s, workdir, warn
+        self.specs, self.timeout_s, self.warn = list(specs), timeout_s, warn
+        self.folder: str | None = None  # the servers' current folder: empty, made for them, never the work directory
         self.servers: dict[str, _Server] = {}
         self.commands: list[McpCommand] = []
         self.definitions: list[dict] = []
@@ -419,8 +445,12 @@ class McpTools:
 
     @classmethod
     def configured(cls, settings, ui) -> "McpTools":
-        return cls(configured_servers(settings, ui), timeout_s=settings.exec_timeout, workdir=settings.workdir_path,
-                   warn=ui.warn)
+        return cls(configured_servers(settings, ui), timeout_s=settings.exec_timeout, warn=ui.warn)
+
+    def _folder(self) -> str:
+        if self.folder is None:
+            self.folder = tempfile.mkdtemp(prefix="miniagi-mcp-")
+        return self.folder
 
     @property
     def running(self) -> bool:
@@ -485,7 +515,7 @@ class McpTools:
 
                     parameters = StdioServerParameters(command=spec.command, args=list(spec.args),
                                                        env={**get_default_environment(), **spec.env},
-                                                       cwd=str(self.workdir) if self.workdir else None)
+                                                       cwd=self._folder())
                     streams = await stack.enter_async_context(stdio_client(parameters, errlog=server.log))
                 session = await stack.enter_async_context(ClientSession(streams[0], streams[1]))
                 await asyncio.wait_for(session.initialize(), START_TIMEOUT_S)
@@ -580,6 +610,9 @@ class McpTools:
             if server.log is not None:
                 server.log.close()
         loop, self.loop = self.loop, None
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            self.folder = None
         loop.call_soon_threadsafe(loop.stop)
         if self.thread is not None:
             self.thread.join(STOP_TIMEOUT_S)

@@ -1,18 +1,24 @@
-"""What a run can write is not trusted later without the user's say: the `.env` files miniagi reads, and a run's
-trace (resume, replay). See docs/security.md.
+"""What a run can write is not trusted later without the user's say. One rule, kept here (`TrustRecord.judge`),
+for every file miniagi takes a setting or a program from — `.env`, the work directory's `.mcp.json` and the scripts
+it names, the trust record itself, the home `miniagi ui` runs under — whichever entry point reads it (the CLI, the
+UI, a batch, the Python API, MCP): a file is trusted only if executed code could not have written it or what it
+points to, or the user said yes to its exact current content at its own path. See docs/security.md.
 
-- `.env` is read once, at start-up (config.read_dotenv), without expanding ${VAR} from the environment. Every
-  setting in it but a few harmless ones (`HARMLESS`: which model is asked and how) is remembered per file, as a hash
-  of each value, in `~/.miniagi/trusted-env.json` (whatever --home says: another home cannot sidestep it; the
-  run's own home keeps a copy). When one of them is new or changed since miniagi last used that file, or a linked
-  `.env` points elsewhere, the person at the terminal is asked; with no one to ask, the run is refused (exit 2). A
-  file miniagi has never used, nor run code in or above its folder, is trusted as it is, and remembered: a `.env`
-  that appears where a run worked (its work directory or a folder code made there) is asked about.
-  A `.env` changed during a run is reported at its end.
+- The record of those yeses is `~/.miniagi/trusted-env.json`, and only that one: `~/.miniagi` (the user's own
+  folder, `user_home`) is hidden from executed code under bwrap whatever --home and the work directory are, and no
+  record elsewhere (a run's home, a work directory) is ever read. A file under `~/.miniagi` is the user's own.
+- Code could have written a file when it lies in a work directory where code has run (the record keeps their list)
+  or in this run's, or when it is a link to such a place. A link is judged at its own path, with what it points to.
+- `.env` is read once, at start-up (config.read_dotenv), without expanding ${VAR} from the environment. Its
+  sensitive settings (all but `HARMLESS`: which model is asked and how) are remembered per file, as a hash of each
+  value; a change is any change of them, a line removed or emptied included. A changed file is asked about at the
+  terminal; with no one to ask, the run is refused (exit 2). A file miniagi has never used, out of code's reach, is
+  trusted as it is and remembered. A `.env` changed during a run is reported at its end.
 - A trace's settings are the run's own record, and code that the run executed could rewrite them. `resume` and
   `replay` take the widening settings from the user's current settings, never from the trace, and a limit only as
   low as the trace has it; every difference is said.
 """
+
 
 from __future__ import annotations
 
@@ -73,15 +79,71 @@ def sensitive_values(dotenv: Mapping[str, str], environ: Mapping[str, str], sett
     return used
 
 
-def trust_records(settings: Settings, moved_home: bool = False) -> tuple[list[Path], list[dict], dict]:
-    """Where the yes to a file is kept — the default home (~/.miniagi), where neither a .env nor --home can move
-    it, and a copy in the run's home (not when a .env moved that home) — what each holds, and the two merged, the
-    default home's entries first."""
-    paths = [Path(Settings.home).expanduser() / TRUST_FILE]
-    if not moved_home and settings.home_path / TRUST_FILE not in paths:
-        paths.append(settings.home_path / TRUST_FILE)
-    records = [_load(path) for path in paths]
-    return paths, records, {**records[-1], **records[0]}
+USER_HOME = Settings.home  # the user's own folder (~/.miniagi): the trust record, the user's settings
+
+
+def user_home() -> Path:
+    """~/.miniagi, resolved: out of executed code's reach always (the sandbox hides it whatever the run's home)."""
+    return Path(os.path.realpath(os.path.expanduser(USER_HOME)))
+
+
+def own_path(path) -> Path:
+    """A file's own path: its folder resolved, its name kept (a link is judged where it is, not where it leads)."""
+    path = Path(path).expanduser().absolute()
+    return Path(os.path.realpath(path.parent)) / path.name
+
+
+REMOVED = "(removed)"  # in a file's record: a sensitive setting the file had and no longer has
+
+
+class TrustRecord:
+    """The one rule of what miniagi trusts, and the record of the user's yeses it reads (~/.miniagi's, no other).
+
+    `judge(path, facts)` says which of a file's facts (name → digest of its current content) the user has not said
+    yes to; `remember` keeps the yes. Every file that gives a setting or starts a program goes through it."""
+
+    def __init__(self):
+        self.path = user_home() / TRUST_FILE
+        self.data = _load(self.path)
+        self.code_dirs = sorted(_listed(self.data.get(CODE_DIRS)))  # where executed code has run, so may have written
+
+    def in_reach(self, path) -> bool:
+        """Whether code could have written this path (as it is: resolve it first). ~/.miniagi never is."""
+        path = str(path)
+        return not _under(path, str(user_home())) and any(_under(path, place) for place in self.code_dirs)
+
+    def writable_by_code(self, path) -> bool:
+        """Whether code could have written the file at this path, or, for a link, what it points to."""
+        own = own_path(path)
+        return self.in_reach(own) or (own.is_symlink() and self.in_reach(os.path.realpath(own)))
+
+    def entry(self, path) -> dict | None:
+        known = self.data.get(str(own_path(path)))
+        return known if isinstance(known, dict) else None
+
+    def judge(self, path, facts: Mapping[str, str], *, new_is_trusted: bool = True) -> list[str]:
+        """The facts of the file at `path` not trusted: those that differ from what the user said yes to at this
+        path. A file under ~/.miniagi is the user's own; a file never seen is trusted as it is (when
+        `new_is_trusted`) only where code could not have written it."""
+        own = own_path(path)
+        if _under(str(own), str(user_home())) and not own.is_symlink():
+            return []
+        known = self.entry(own)
+        if known is None:
+            if new_is_trusted and not self.writable_by_code(own):
+                return []
+            known = {}
+        return sorted(name for name, value in facts.items() if known.get(name) != value)
+
+    def remember(self, path, facts: Mapping[str, str]) -> None:
+        self.data[str(own_path(path))] = {**(self.entry(path) or {}), **facts}
+
+    def ran_code_in(self, workdir: Path) -> None:
+        self.code_dirs = _code_dirs_with(self.code_dirs, os.path.realpath(workdir))
+        self.data[CODE_DIRS] = self.code_dirs
+
+    def save(self) -> None:
+        _save(self.path, self.data)
 
 
 class DotenvGuard:
@@ -93,25 +155,23 @@ class DotenvGuard:
         self.watched = {path: _file_digest(path) for path in {self.path, settings.workdir_path / ".env"}}
 
     def check(self, ui) -> None:
-        used = sensitive_values(read_dotenv(), self.environ, self.settings)
-        # the record is kept where neither this .env nor --home can move it: in the default home (~/.miniagi), and
-        # a copy in the run's home; a file either knows is judged against what it knew
-        moved_home = any(name in used for name in OPTIONS_BY_NAME["home"].env_names)
-        record_paths, records, record = trust_records(self.settings, moved_home)
-        known = record.get(str(self.path))
-        code_dirs = sorted({*_listed(records[0].get(CODE_DIRS)), *_listed(records[-1].get(CODE_DIRS))})
-        if known is None and any(_under(str(self.path.parent), place) for place in code_dirs):
-            known = {}  # never used, but where code has run (a folder code made in its work directory): not trusted
-        target = os.path.realpath(self.path) if self.path.is_symlink() else None
-        if target is not None:  # a linked .env is judged by what it points to, and remembered with it
-            used = {**used, TARGET: target}
-        elif known is not None and TARGET in known:
-            used = {**used, TARGET: "(not a link)"}
-        changed = sorted(name for name, value in used.items()
-                         if known is not None and known.get(name) != _digest(value))
+        dotenv = read_dotenv()
+        used = sensitive_values(dotenv, self.environ, self.settings)
+        record = TrustRecord()
+        known = record.entry(self.path) or {}
+        for name in known:  # a sensitive line removed or emptied since: as much a change as a new value
+            if name not in used and name != TARGET and (name in ENDPOINT_NAMES or _sensitive_name(name)) \
+                    and not str(dotenv.get(name) or "").strip() and not self._given_elsewhere(name):
+                used[name] = REMOVED
+        if self.path.is_symlink():  # a linked .env is judged with what it points to, and remembered with it
+            used[TARGET] = os.path.realpath(self.path)
+        elif TARGET in known:
+            used[TARGET] = "(not a link)"
+        facts = {name: value if value == REMOVED else _digest(value) for name, value in used.items()}
+        changed = record.judge(self.path, facts)
         if changed:
-            shown = ", ".join(f"{name}={_shown(name, used[name])}" if name != TARGET else f"a link to {used[name]}"
-                              for name in changed)
+            shown = ", ".join(f"a link to {used[name]}" if name == TARGET else f"{name} removed"
+                              if used[name] == REMOVED else f"{name}={_shown(name, used[name])}" for name in changed)
             what = (f"{self.path} sets {shown}: new or changed since miniagi last used this file, and code that a "
                     "run executes can write it")
             if not getattr(ui, "interactive", False):
@@ -120,27 +180,29 @@ class DotenvGuard:
             if not ui.confirm(f"{what}. Use it?"):
                 raise ConfigError(f"{self.path} was not used: edit it, or give the setting in the environment or as "
                                   "an option")
-        record[str(self.path)] = {**(known or {}), **{name: _digest(value) for name, value in used.items()}}
-        record[CODE_DIRS] = _code_dirs_with(code_dirs, os.path.realpath(self.settings.workdir_path))
-        workdir_env = str(self.settings.workdir_path / ".env")
-        if workdir_env not in record:  # code will run beside it: from now on, what it holds is what was seen
+        record.remember(self.path, facts)
+        record.ran_code_in(self.settings.workdir_path)
+        workdir_env = self.settings.workdir_path / ".env"
+        if record.entry(workdir_env) is None:  # code will run beside it: from now on, what it holds is what was seen
             from dotenv import dotenv_values
 
             try:
                 values = (dotenv_values(workdir_env, encoding="utf-8", interpolate=False)
-                          if os.path.isfile(workdir_env) else {})
+                          if workdir_env.is_file() else {})
             except (OSError, UnicodeDecodeError):
                 values = {}
-            record[workdir_env] = {name: _digest(value) for name, value in values.items()
-                                   if value and (name in ENDPOINT_NAMES or _sensitive_name(name))}
-        problems = []
-        for path in reversed(record_paths):  # the run's home first: a home that cannot be written is said as before
-            try:
-                _save(path, record)
-            except OSError as exc:
-                problems.append(exc)
-        if len(problems) == len(record_paths):
-            raise problems[0]
+            record.remember(workdir_env, {name: _digest(value) for name, value in values.items()
+                                          if value and (name in ENDPOINT_NAMES or _sensitive_name(name))})
+        record.save()
+
+    def _given_elsewhere(self, name: str) -> bool:
+        """Whether the environment or an option gives this setting (then its .env line is not used, nor missed):
+        the option's value is not its default."""
+        if name in ENDPOINT_NAMES:
+            return bool(self.environ.get(name))
+        option = next(OPTIONS_BY_NAME[option] for option in SENSITIVE if name in OPTIONS_BY_NAME[option].env_names)
+        return any(env in self.environ for env in option.env_names) or \
+            getattr(self.settings, option.name) != option.default
 
     def changed(self) -> list[Path]:
         """The watched .env files whose bytes changed since the last look (each change is reported once)."""

@@ -302,9 +302,8 @@ def test_a_trusted_mcp_json_is_used_until_it_changes(isolated, tmp_path):
 
 
 def test_a_changed_mcp_json_once_confirmed_is_not_asked_about_again(isolated):
-    """The yes is kept in the same record as .env's: the default home's (~/.miniagi), with a copy in the run's home.
-    A run's start-up check of .env merges the two, the default home's entries winning; a yes kept only in the run's
-    home was overwritten there by the older digest, and the changed file was asked about at every run."""
+    """The yes is kept in the same record as .env's (~/.miniagi's): a run's start-up check of .env, which rewrites
+    that record, keeps it (a yes once kept only in the run's home's copy was lost, and asked about at every run)."""
     from miniagi.config import Settings
     from miniagi.mcp_tools import configured_servers
     from miniagi.trust import DotenvGuard
@@ -415,7 +414,7 @@ def test_at_a_terminal_the_person_trusts_mcp_json_and_approves_each_call(llm, is
     assert "asks to start MCP servers" in proc.stderr and '{"a": 3, "b": 4}' in proc.stderr
     seen = observations(trace_of(isolated.home))
     assert "refused" in seen[1].lower() and "\n70\n" in seen[2]
-    trusted = json.loads((isolated.home / "trusted-env.json").read_text())
+    trusted = json.loads((Path.home() / ".miniagi" / "trusted-env.json").read_text())  # the one record
     assert "mcpServers" in trusted[str((isolated.work / ".mcp.json").resolve())]
 
 

@@ -474,10 +474,12 @@ def test_exec_disk_counts_allocated_blocks_and_files_whatever_call_made_them(cli
     proc = cli("-y", "--sandbox", kind, "--exec-disk", "20", "--exec-timeout", "90", "allocate")
     assert proc.returncode == 0, proc.stderr
     seen = newest(isolated.home)[1]
-    assert "allocated" in seen[1] and "slept through" not in seen[1] and "--exec-disk" in seen[1], seen[1]
+    # (under bwrap fallocate is refused and posix_fallocate writes its blocks: stopped as it writes, issue 45)
+    assert "slept through" not in seen[1] and "--exec-disk" in seen[1], seen[1]
+    assert "allocated" in seen[1] or kind == "bwrap", seen[1]
     assert "Not run" in seen[2] and not (isolated.work / "more.txt").exists(), seen[2]
     real = sum(path.stat().st_blocks * 512 for path in isolated.work.glob("big*.bin"))
-    assert real >= 150 * 2**20  # the blocks were real
+    assert real > 20 * 2**20  # the blocks were real: past the limit, what stopped the code
 
     many = "import os\nos.mkdir('many')\nfor i in range(30000):\n    open(f'many/{i}', 'w').close()\nprint('made')"
     llm.add(act("execute_python", many), act("execute_python", "print('after')"), act("done", "ok"))

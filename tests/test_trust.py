@@ -173,7 +173,9 @@ def test_a_dotenv_that_a_run_rewrote_is_not_obeyed_without_the_user(cli, llm, is
         thief.add(act("done", "again"))
         assert cli("-y", "again", env=no_endpoint).returncode == 0 and len(thief.requests) == 2
         # a setting given in the environment wins over the .env, so its changed value is not asked about
-        dotenv.write_text("OPENAI_BASE_URL=http://127.0.0.1:9/v1\nMINIAGI_PASS_ENV=AWS_SECRET_ACCESS_KEY\n")
+        # (the key's line goes too, the environment gives it; the step limit's stays: a line removed is a change)
+        dotenv.write_text("OPENAI_BASE_URL=http://127.0.0.1:9/v1\nMINIAGI_PASS_ENV=AWS_SECRET_ACCESS_KEY\n"
+                          "MINIAGI_MAX_STEPS=9\n")
         llm.add(act("done", "env wins"))
         assert cli("env wins").returncode == 0
 

@@ -8,9 +8,11 @@ Every execute_python worker and execute_shell command gets:
 - number of processes: a cgroup `pids` limit where one can be made (always as root, where RLIMIT_NPROC is not
   enforced), else RLIMIT_NPROC set to what the user already runs plus the allowance;
 - CPU time: RLIMIT_CPU per snippet / command, on top of the wall-clock --exec-timeout;
-- file size: RLIMIT_FSIZE, and in total `--exec-disk`: every byte the run's processes write to disk is counted
-  (the kernel's per-process I/O accounting, `write_bytes`), and so is every block allocated in the work directory
-  and every file made there (fallocate writes no byte); code that goes past it is stopped;
+- file size: RLIMIT_FSIZE at what is left of `--exec-disk`, and in total `--exec-disk`: every byte the run's
+  processes write to disk is counted (the kernel's per-process I/O accounting, `write_bytes`), and so is every
+  block allocated in the work directory and every file made there; code that goes past it is stopped. fallocate,
+  which allocates blocks at once without writing them, is refused inside the namespace kinds (nsinit.py), so no
+  single command can allocate past the meter before it looks;
 - no core dumps.
 
 Hard limits (rlimits) can only be lowered from inside. The cgroups' files are out of the code's reach where the
@@ -283,9 +285,11 @@ WALK_EVERY_S = 0.5
 
 
 def _allocated(places: tuple[Path, ...]) -> tuple[int, int]:
-    """Bytes allocated (st_blocks × 512) and entries, under these folders; links are not followed and other file
-    systems mounted inside are counted too (the --sandbox-allow ones are bound there)."""
+    """Bytes allocated (st_blocks × 512) and entries, under these folders; links are not followed, a file's blocks
+    are counted once however many hard links it has (a link allocates nothing), and other file systems mounted
+    inside are counted too (the --sandbox-allow ones are bound there)."""
     blocks = files = 0
+    linked: set[tuple[int, int]] = set()
     pending = [str(place) for place in places]
     while pending:
         try:
@@ -293,7 +297,12 @@ def _allocated(places: tuple[Path, ...]) -> tuple[int, int]:
                 for entry in entries:
                     files += 1
                     try:
-                        blocks += entry.stat(follow_symlinks=False).st_blocks * 512
+                        info = entry.stat(follow_symlinks=False)
+                        if info.st_nlink > 1 and not entry.is_dir(follow_symlinks=False):
+                            if (info.st_dev, info.st_ino) in linked:
+                                continue
+                            linked.add((info.st_dev, info.st_ino))
+                        blocks += info.st_blocks * 512
                         if entry.is_dir(follow_symlinks=False):
                             pending.append(entry.path)
                     except OSError:

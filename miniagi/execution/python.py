@@ -29,7 +29,7 @@ ANSWER_POLL_S = 0.25
 WORKER_END_S = 5.0  # for the sandbox around a worker that closed its channel to end
 WORKER_START_S = 120.0  # a worker's start-up (not counted in --exec-timeout: a loaded machine can be slow)
 MAX_ANSWER_BYTES = 16 * 2**20  # one line from the worker: a tool call's argument, a status
-CHECK_EVERY_S = 0.25  # how often the disk meter is read while code runs
+CHECK_EVERY_S = 0.05  # how often the disk meter is read while code runs: what a writer gets past it
 
 
 class WorkerStartFailed(Exception):

@@ -15,23 +15,44 @@ from .sandbox import INSTALL_HINT, Policy, open_sandbox
 from .shell import run_shell
 
 
+def users_own_folder(workdir: Path) -> Path:
+    """~/.miniagi, made if missing so that the sandbox can lay an empty folder over it (a path that does not exist
+    cannot be hidden, and code could make it). A work directory inside it is refused: code would write there."""
+    from ..config import ConfigError
+    from ..trust import user_home
+
+    folder = user_home()
+    if os.path.realpath(workdir) == str(folder) or os.path.realpath(workdir).startswith(str(folder) + os.sep):
+        raise ConfigError(f"the work directory {workdir} is inside {folder}, miniagi's own folder (its trust record "
+                          "and your settings), which executed code must never reach: choose another --workdir")
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return folder
+
+
+def sandbox_policy(settings, users_own: Path, environ: Mapping[str, str], **more) -> Policy:
+    """What the sandbox keeps from a run's code (docs/security.md's table is checked against it)."""
+    return Policy(workdir=settings.workdir_path,
+                  # the agent's own files: runs, traces, memory, the .env files it reads, and always the user's own
+                  # folder (~/.miniagi: the trust record, the user's settings), whatever the run's home
+                  hidden=(settings.home_path, users_own, Path.cwd() / ".env", settings.workdir_path / ".env"),
+                  allowed=tuple(Path(p).expanduser().absolute() for p in settings.sandbox_allow),
+                  network=not settings.no_network, path=environ.get("PATH"), **more)
+
+
 class CodeRunner:
     def __init__(self, settings, environ: Mapping[str, str], max_chars: int, tools: list[dict] = (),
                  tool_handler: Callable[[str, str], dict] | None = None):
         self.settings = settings
         self.workdir: Path = settings.workdir_path
         self.workdir.mkdir(parents=True, exist_ok=True)
+        users_own = users_own_folder(self.workdir)  # before the limits: a work directory there is refused
         self.max_chars = max_chars
         # the working directory is the code's home: caches and dotfiles it writes stay with the work
         self.env = dict(child_environment(environ, settings.pass_env), HOME=str(self.workdir))
         self.limits = RunLimits(Limits(memory_mb=settings.exec_memory, cpu_s=settings.exec_timeout or 3600,
                                        disk_mb=settings.exec_disk), self.workdir)
-        policy = Policy(workdir=self.workdir,
-                        # the agent's own files: runs, traces, memory, and the .env files it reads
-                        hidden=(settings.home_path, Path.cwd() / ".env", self.workdir / ".env"),
-                        allowed=tuple(Path(p).expanduser().absolute() for p in settings.sandbox_allow),
-                        network=not settings.no_network, tmp_bytes=self.limits.limits.disk_bytes,
-                        cgroup_procs=tuple(self.limits.cgroups.procs_files), path=environ.get("PATH"))
+        policy = sandbox_policy(settings, users_own, environ, tmp_bytes=self.limits.limits.disk_bytes,
+                                cgroup_procs=tuple(self.limits.cgroups.procs_files))
         try:
             self.sandbox, self.passed_over = open_sandbox(settings.sandbox, policy)
         except BaseException:

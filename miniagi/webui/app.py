@@ -310,14 +310,41 @@ def serve(sock, home: Path, host: str, port: int, open_browser: bool, redact, to
     import uvicorn
 
     url = f"http://{'[' + host + ']' if ':' in host else host}:{port}/?token={token}"
-    if open_browser:
+    opener = None
+    if open_browser:  # through a file only the user can read: a URL given to the browser is in its command line
         import threading
         import webbrowser
 
-        threading.Timer(1.0, lambda: webbrowser.open(url)).start()
+        opener = opening_page(url)
+        threading.Timer(1.0, lambda: webbrowser.open(opener.as_uri())).start()
     app = create_app(home, redact, host, token=token, workdirs=workdirs)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
     try:
         server.run(sockets=[sock])
     finally:
         app.workbench.close()  # the runs it started stop as Ctrl-C stops them: state saved, resumable
+        if opener is not None:
+            opener.unlink(missing_ok=True)
+
+
+def opening_page(url: str) -> Path:
+    """A page that sends the browser on to the UI's URL, token included, in a file only this user can read (mode
+    0600, in ~/.miniagi, which executed code never sees), as Jupyter opens its notebooks: what the browser is given
+    on its command line (/proc/PID/cmdline, readable by every user) is the file's name, not the token."""
+    import html
+    import os
+    import secrets
+
+    from ..trust import user_home
+
+    folder = user_home()
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = folder / f"ui-open-{os.getpid()}-{secrets.token_hex(4)}.html"
+    link = html.escape(url, quote=True)
+    text = (f'<!doctype html><html><head><meta charset="utf-8"><meta http-equiv="refresh" content="0;url={link}">'
+            f'<title>miniagi ui</title></head><body><p>Opening <a href="{link}">the miniagi UI</a>…</p></body>'
+            '</html>\n')
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    return path

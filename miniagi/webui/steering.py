@@ -20,6 +20,14 @@ from .auth import checked_form
 from .workbench import PROTOCOLS, Options, Workbench
 
 
+YES_WORDS = ("1", "true", "on", "yes")
+
+
+def said_yes(value) -> bool:
+    """A form's yes (a checkbox sends "on"): 1, true, on or yes, in any case; anything else, or nothing, is no."""
+    return str(value or "").strip().lower() in YES_WORDS
+
+
 class Refused(Exception):
     """An action that cannot be done: its status code and why."""
 
@@ -65,8 +73,8 @@ def steering(bench: Workbench, store: RunStore, token: str, templates: Environme
         if steps and not (steps.isdigit() and int(steps) > 0):
             raise Refused(400, "max steps: a whole number above 0")
         return Options(model=str(form.get("model") or "").strip(), protocol=protocol,
-                       max_steps=int(steps) if steps else None, critic=bool(form.get("critic")),
-                       yes=bool(form.get("yes")))
+                       max_steps=int(steps) if steps else None, critic=said_yes(form.get("critic")),
+                       yes=said_yes(form.get("yes")))
 
     def run_result(run_id: str) -> dict:
         try:
@@ -121,7 +129,7 @@ def steering(bench: Workbench, store: RunStore, token: str, templates: Environme
         result = run_result(run_id)
         if bench.driving(run_id) is not None or result.get("status") in ("running", "done"):
             raise Refused(409, f"run {run_id} is {result.get('status')}: only a stopped run resumes")
-        session = bench.resume(run_id, allowed_workdir(result), yes=bool(form.get("yes")))
+        session = bench.resume(run_id, allowed_workdir(result), yes=said_yes(form.get("yes")))
         return RedirectResponse(f"/sessions/{session.id}", status_code=303)
 
     async def followup(request: Request):
