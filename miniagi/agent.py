@@ -95,6 +95,7 @@ class Agent:
 
     def _prepare(self, settings: Settings, model, wait_for_memory: bool) -> None:
         self.protocol = formats()[settings.protocol]
+        self.ui.reply_format = self.protocol  # the terminal shows a reply streaming in as its format reads it
         # the tools protocol sends its schemas with every request: they are part of the prompt the budget bounds
         tools = self.protocol.request().get("tools")
         self.contexts = ContextBuilder(self.counter, self.budget, render_step=self.protocol.render,

@@ -154,6 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--raw", action="store_true", help="also print the raw model responses (and the prompts, kept "
                       "with --debug)")
     show.add_argument("--json", action="store_true", help="print the result and every trace event as JSON")
+    show.add_argument("--prompt", type=int, default=None, metavar="N",
+                      help="the messages the model was sent for step N (redacted), with what each part covers")
     show.add_argument("--home", default=None, help="where runs live [MINIAGI_HOME]")
 
     batch = commands.add_parser("batch", help=COMMAND_HELP["batch"], description=COMMAND_HELP["batch"] + ". FILE is "
@@ -386,8 +388,10 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from .report import print_run
+    from .report import print_prompt, print_run
 
+    if args.prompt is not None:
+        return print_prompt(_store(args).open(args.run_id), args.prompt, as_json=args.json)
     print_run(_store(args).open(args.run_id), raw=args.raw, as_json=args.json)
     return 0
 

@@ -123,6 +123,35 @@ def print_run(record: RunRecord, raw: bool = False, as_json: bool = False) -> No
             say(str(result["answer"]))
 
 
+def print_prompt(record: RunRecord, step: int, as_json: bool = False) -> int:
+    """`show RUN --prompt N`: the messages the model was sent for step N, each with what it covers. 1 when the run
+    kept none for that step (it is older than prompts.jsonl, or never reached step N)."""
+    from dataclasses import asdict
+
+    from .model_view import read_prompts
+
+    prompts = read_prompts(record.dir, step)
+    if as_json:
+        print(visible_json([asdict(prompt) for prompt in prompts]))
+        return 0 if prompts else 1
+    if not prompts:
+        make_console(stderr=True).print(Text(f"run {record.run_id} kept no prompt for step {step} (a run before "
+                                             "prompts were kept, or a step it never reached)", style="red"))
+        return 1
+    console = make_console()
+    for prompt in prompts:
+        console.print(Text(f"run {record.run_id} · step {prompt.step} · what the model saw"
+                           + (f" (call {prompt.call})" if len(prompts) > 1 else ""), style="bold"))
+        for number, part in enumerate(prompt.parts, 1):
+            console.print()
+            console.print(Text.assemble((f"[{number}] {part.role}", "bold blue"), (f" — {visible(part.covers)}",
+                                                                                   "dim")))
+            console.print(Text(visible(part.content)))
+            for call in part.tool_calls or ():
+                console.print(Text(visible(f"[tool call] {json.dumps(call, ensure_ascii=False)}"), style="yellow"))
+    return 0
+
+
 def objective_of(result: dict) -> str:
     """A run's objective on one line, marked when the run is a replay."""
     objective = " ".join(str(result.get("objective", "")).split())

@@ -34,7 +34,8 @@ from .redaction import redact_data
 from .services import Services
 from .state import RunState
 from .trust import resume_flags
-from .ui import ReplySoFar, plural
+from .model_view import PromptLog
+from .ui import plural
 from .stops import EXIT_CODES, Ending, LimitReached, Stop, Stuck, Submitted, TooManyFormatErrors, ending_for
 from .websearch import SearchResult
 from .workspace import RunWorkspace
@@ -68,6 +69,8 @@ class Run:
                                 run_id=record.run_id, state=state,
                                 workdir=str(self.settings.workdir_path), code_commands=code_commands())
         self.memory.notify = self.ui.progress  # the loop waits for a summary before steps leave the view
+        self.model_view = PromptLog(record.dir, services.redact)  # what the model saw, for show --prompt N
+        self.covers: dict = {}  # what the parts of the next agent prompt cover
         self._saving = threading.Lock()  # result.json: one writer at a time (the loop, or the timer of a write put off)
         self._saved_at = float("-inf")
         self._save_timer: threading.Timer | None = None
@@ -285,6 +288,7 @@ class Run:
             self.emit(ev.SummaryFolded(step=state.step, text=folded.text, through_step=folded.through_step,
                                        notes_digest=folded.notes_digest or None,
                                        notes_through=folded.notes_through or None))
+        self.covers = self._covers(context.steps_shown)  # the summary the prompt holds: a fold is applied by now
         if self.memory.last_recalled:
             self.emit(ev.Recall(step=number, ids=[item.id for item in self.memory.last_recalled],
                                 items=[item.to_json() for item in self.memory.last_recalled]))
@@ -294,6 +298,16 @@ class Run:
             self.memory.failure = ""
         self.ui.debug_context(context.messages)
         return context.messages
+
+    def _covers(self, steps_shown: int) -> dict:
+        """What the parts of the prompt just built cover (memory/context.py lays it out): the summary's steps, the
+        notes the head lists, the steps in view, the items recalled."""
+        summary, steps = self.memory.summary, self.state.steps
+        view = [s.step for s in steps[len(steps) - steps_shown:]] if steps_shown else []
+        return {"summary_through": summary.through_step, "notes_digest_through": summary.notes_through,
+                "notes": [s.step for s in steps if s.notes and summary.notes_through < s.step <= summary.through_step],
+                "view": view, "recalled": [item.label for item in self.memory.last_recalled],
+                "background": bool(self.state.background)}
 
     def act(self, action: Decision, spinner: bool = True) -> Outcome:
         """Run the action's command (after approval); a failing command is an observation, never the end."""
@@ -417,6 +431,7 @@ class Run:
         request: dict = {"temperature": self.settings.temperature, "max_tokens": self.settings.max_reply_tokens}
         if role == "agent":  # the reply format adds its own stop sequences, tools or response format
             request.update(self.services.protocol.request())
+            self.model_view.add(step, messages, self.covers)
         self.check_calls()
         prices = getattr(self.services.model, "prices", None)  # a replay has none: it costs nothing
         if prices:  # a bound known by bytes is enough when it is within the limit; else the tokens are counted
@@ -448,7 +463,7 @@ class Run:
     def _looking_ahead(self, shown: Callable[[str], None]) -> Callable[[str], None]:
         """`shown`, and, as the agent's reply streams in, the next recall's lookup started as soon as the reply tells
         what recall will ask about (its thought, once a command is named), while the rest of it comes."""
-        reply, started = ReplySoFar(), False
+        reply, started = self.services.protocol.reading(), False
 
         def on_piece(piece: str) -> None:
             nonlocal started
@@ -456,9 +471,9 @@ class Run:
             if started:
                 return
             reply.feed(piece)
-            thought, command, arg = reply.action()
-            if command is not None:
-                started = self.memory.prefetch_early(thought, command, arg)
+            so_far = reply.partial()
+            if so_far.command is not None:
+                started = self.memory.prefetch_early(so_far.thought, so_far.command, so_far.arg)
 
         return on_piece
 
@@ -552,7 +567,7 @@ class Run:
                 "cost_usd": round(state.cost_usd, 6), "started_at": state.started_at,
                 "ended_at": None if status == "running" else now_iso(), "model": self.settings.model,
                 "exit_code": exit_code, "message": message, "sandbox": self.isolation,
-                "workdir": str(self.settings.workdir_path), **process_identity()}
+                "workdir": str(self.settings.workdir_path), "follows": state.follows, **process_identity()}
 
 
 _runs_going = [0, 0.0]  # runs driven in this process now, and the switch interval before the first

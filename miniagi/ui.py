@@ -11,7 +11,7 @@ import json
 import re
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from typing import Callable
 
 from rich.console import Console, Group
@@ -110,6 +110,7 @@ class Terminal:
         self.live_reply = threading.local()  # the LiveReply that showed this thread's last reply as it came
         self.live_output: list[str] = []  # the lines the last command printed, as shown while it ran
         self.echo_objective = True  # not in a chat: the person just typed it
+        self.reply_format = None  # the run's ReplyFormat, which reads an agent's reply as it streams in
 
     @property
     def live(self) -> bool:
@@ -162,7 +163,8 @@ class Terminal:
         printed whole when it ends)."""
         flow = self.flow if self.flow is not None and self.flow.thread == threading.get_ident() else None
         live = self.debug and threading.current_thread() is threading.main_thread()
-        reply = LiveReply(self, flow.step) if flow is not None and role == "agent" and not live else None
+        reads = flow is not None and role == "agent" and not live and self.reply_format is not None
+        reply = LiveReply(self, flow.step, self.reply_format.reading()) if reads else None
         if flow is not None:
             flow.reply = reply
         pending: list[str] = []
@@ -416,12 +418,13 @@ class _Status:
 
 
 class LiveReply:
-    """An agent's reply shown as it streams in, in any reply format: its thought, then its command and its
-    argument, each whole line printed for good as it completes (bounded), the line still coming on the spinner's."""
+    """An agent's reply shown as it streams in, as its format reads it (`reply`, a protocols.ReplySoFar): its
+    thought, then its command and its argument, each whole line printed for good as it completes (bounded), the line
+    still coming on the spinner's."""
 
-    def __init__(self, terminal: Terminal, step: int | None):
+    def __init__(self, terminal: Terminal, step: int | None, reply):
         self.terminal, self.step = terminal, step
-        self.reply = ReplySoFar()
+        self.reply = reply
         self.started = False
         self.command: str | None = None  # shown
         self.thought_lines = self.arg_lines = 0  # shown
@@ -448,7 +451,7 @@ class LiveReply:
 
     def update(self, final: bool = False, interrupted: bool = False) -> None:
         with self.lock:
-            thought, command, arg = self.reply.action()
+            thought, command, arg = astuple(self.reply.partial())
             if not self.started and not (thought.strip() or command):
                 return
             thought_lines = self.terminal.shown(thought).split("\n")
@@ -501,107 +504,6 @@ class LiveReply:
 
     def _print(self, text: str, style: str) -> None:
         self.terminal.console.print(Text(text, style=style))
-
-
-class ReplySoFar:
-    """A reply still streaming in, as far as it came: its text (the tags or json format; the thought of a tool call)
-    and a tool call's name and arguments."""
-
-    def __init__(self):
-        self.text: list[str] = []
-        self.arguments: list[str] = []
-        self.tool = ""
-
-    def feed(self, piece: str) -> None:
-        if getattr(piece, "tool", None):
-            self.tool = piece.tool
-            self.arguments.append(piece)
-        else:
-            self.text.append(piece)
-
-    def action(self) -> tuple[str, str | None, str]:
-        """partial_action of what came so far."""
-        return partial_action("".join(self.text), self.tool, "".join(self.arguments))
-
-
-# what a reply still streaming in holds so far, in each format
-_TAG_CUT = re.compile(r"<(?:/?[rc]?)\Z", re.I)  # a tag whose end has not come yet
-_TAG_COMMAND = re.compile(r"<c>\s*(?P<name>[A-Za-z_][\w-]*)\s*(?:</c>|\n)", re.I)
-_TAG_THOUGHT = re.compile(r"<r>(?P<thought>.*?)(?:</r>|\Z)", re.S | re.I)
-_JSON_ARG = re.compile(r'"args?"\s*:\s*(?:\{\s*"[^"\\]*"\s*:\s*)?"')
-_FIRST_VALUE = re.compile(r'\A\s*\{\s*"[^"\\]*"\s*:\s*"')
-_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f"}
-
-
-def partial_action(text: str, tool: str = "", arguments: str = "") -> tuple[str, str | None, str]:
-    """(thought, command — None until it is known —, argument) of a reply as far as it came: the tags format, one
-    JSON object, or a tool call (`tool` and its `arguments`, the thought in `text`)."""
-    if tool:
-        start = _FIRST_VALUE.match(arguments)
-        return text.strip(), tool, _json_string(arguments, start.end())[0] if start else ""
-    body = text.lstrip()
-    if body.startswith("```"):  # the whole reply in a fence
-        body = body.partition("\n")[2]
-    if body.startswith("{"):
-        return _json_action(body)
-    return _tags_action(text)
-
-
-def _tags_action(text: str) -> tuple[str, str | None, str]:
-    found = _TAG_COMMAND.search(text)
-    before, rest = (text[:found.start()], text[found.end():]) if found else (text, "")
-    before = before.split("<c>")[0].split("<C>")[0]
-    thought = _TAG_THOUGHT.search(before)
-    thought = thought.group("thought") if thought else re.sub(r"</?[rc]>", "", before, flags=re.I)
-    if not found:
-        return _TAG_CUT.sub("", thought.split("</r>")[0]).strip(), None, ""
-    arg = rest.lstrip(" \t").removeprefix("\n")
-    if arg.lstrip().startswith("```"):
-        arg = arg.lstrip().partition("\n")[2] if "\n" in arg else ""
-    arg = "\n".join(line for line in arg.split("\n") if not line.lstrip().startswith("```"))
-    return thought.strip(), found.group("name"), arg
-
-
-def _json_action(body: str) -> tuple[str, str | None, str]:
-    def value(key: str) -> tuple[str, bool]:
-        found = re.search(rf'"{key}"\s*:\s*"', body)
-        return _json_string(body, found.end()) if found else ("", False)
-
-    thought, _ = value("thought")
-    command, complete = value("command")
-    arg = _JSON_ARG.search(body)
-    return thought.strip(), command if complete else None, _json_string(body, arg.end())[0] if arg else ""
-
-
-def _json_string(text: str, start: int) -> tuple[str, bool]:
-    """The JSON string beginning at `start` (just after its quote), as far as it came; whether it ended."""
-    out, i = [], start
-    while i < len(text):
-        char = text[i]
-        if char == '"':
-            return _whole(out), True
-        if char != "\\":
-            out.append(char)
-            i += 1
-            continue
-        if i + 1 >= len(text):
-            break
-        escaped = text[i + 1]
-        if escaped == "u":
-            if i + 6 > len(text):
-                break
-            with contextlib.suppress(ValueError):
-                out.append(chr(int(text[i + 2:i + 6], 16)))
-            i += 6
-            continue
-        out.append(_ESCAPES.get(escaped, escaped))
-        i += 2
-    return _whole(out), False
-
-
-def _whole(chars: list[str]) -> str:
-    """Characters from JSON escapes, a surrogate pair joined (a lone half becomes U+FFFD)."""
-    return "".join(chars).encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
 def _cut(line: str, width: int = LINE_WIDTH) -> str:

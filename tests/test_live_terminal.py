@@ -196,11 +196,12 @@ def test_the_spinner_draws_the_line_coming_without_waiting_for_the_reply():
 
     from rich.console import Console
 
+    from miniagi.protocols import formats
     from miniagi.ui import LiveReply, Terminal
 
     terminal = Terminal(interactive=False)
     terminal.console = Console(file=io.StringIO(), force_terminal=True, width=100)
-    reply = LiveReply(terminal, 1)
+    reply = LiveReply(terminal, 1, formats()["tags"].reading())
     reply.feed("<r>Half a")
     updating, done = threading.Event(), threading.Event()
 

@@ -135,7 +135,9 @@ def test_in_a_browser_start_approve_refuse_answer_and_follow_up(cli, llm, isolat
     type_into(browser, "feedback", "never delete anything; list it instead")
     button(browser, "Refuse").click()
     wait_for(lambda: present(browser, "//textarea[@name='answer']"), "the question waits for an answer")
-    assert "Which colour should the report be?" in text_of(browser, "control")
+    # the question is shown once: in the step that asks it, the form under it answers it
+    assert "Which colour should the report be?" in events_text(browser)
+    assert main_text(browser).count("Which colour should the report be?") == 1
     assert "The user did not run this command and said: never delete anything; list it instead" in events_text(browser)
     shot(browser, "question")
     type_into(browser, "answer", "blue, please")
@@ -326,13 +328,22 @@ def test_the_command_prints_its_url_with_the_token(isolated, tmp_path):
 def test_a_run_that_cannot_start_says_why(isolated, llm, bench):
     env_less = {**bench.app.workbench.environ}
     bench.app.workbench.environ = {k: v for k, v in env_less.items() if not k.startswith("OPENAI_")}
-    form = {"objective": "anything", "csrf": csrf(bench), "model": "--yes"}  # an option-like value is a value
+    # no endpoint: the page says so at once, and how to fix it; a start gives the form back as it was typed
+    assert "miniagi setup" in bench.client.get(bench + "/").text
+    form = {"objective": "anything at all", "csrf": csrf(bench), "model": "--yes"}  # an option-like value is a value
+    refused = bench.client.post(bench + "/start", data=form, headers={"Origin": bench}, follow_redirects=False)
+    assert refused.status_code == 409 and "OPENAI_API_KEY" in refused.text and "miniagi setup" in refused.text
+    assert ">anything at all</textarea>" in refused.text and 'value="--yes"' in refused.text
+    assert not bench.app.workbench.sessions
+    # a run whose process cannot start says why on its session's page
+    bench.app.workbench.environ = {**env_less, "MINIAGI_MAX_STEPS": "many"}
     started = bench.client.post(bench + "/start", data=form, headers={"Origin": bench}, follow_redirects=False)
     assert started.status_code == 303
     session = next(iter(bench.app.workbench.sessions.values()))
+    assert "--model=--yes" in session.process.args
     session.process.wait(timeout=60)
     page = bench.client.get(bench + started.headers["location"])
-    assert "ended before starting a run (exit 2)" in page.text and "OPENAI_API_KEY" in page.text
+    assert "ended before starting a run (exit 2)" in page.text and "MINIAGI_MAX_STEPS" in page.text
     assert bench.client.get(bench + "/sessions/nosuch").status_code == 404
     for bad in ({"protocol": "xml"}, {"max_steps": "many"}):
         assert bench.client.post(bench + "/start", data={**form, **bad}, headers={"Origin": bench}).status_code == 400

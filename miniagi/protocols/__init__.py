@@ -8,21 +8,26 @@
          produce a bad action.
 
 A format says what it adds to the agent's request (`request`: its own stop sequences, tools or response format),
-how to read a reply (`read`, raising MalformedReply), how a step is shown back in the history (`render`, in its own
+how to read a reply (`read`, raising MalformedReply), how to read a reply still streaming in (`partial`: the
+thought, command and argument so far, which the terminal, the web page and recall's look-ahead all show or read, so
+no format's markup reaches a person), how a step is shown back in the history (`render`, in its own
 standard form, which teaches the format to a model that strays) and how the system prompt tells the model to
 reply (`describe`: the commands and an example in the real shape of the format's turns).
 
-Adding a format is one module in this folder that defines `FORMAT`, an instance of its `ReplyFormat`.
+Adding a format is one module in this folder that defines `FORMAT`, an instance of its `ReplyFormat`: `formats()`,
+the table of formats by name, is what the option, the system prompt, the terminal and the web page all read.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import difflib
 import functools
 import importlib
 import json
 import pkgutil
+import re
 import subprocess
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
@@ -62,7 +67,6 @@ class Decision:
     @property
     def arg(self) -> str:
         """The arguments as one text, the tags form: what the terminal shows and the loop compares."""
-        from .tags import join_args
         return join_args(COMMANDS[self.command], self.args)
 
 
@@ -76,6 +80,37 @@ class MalformedReply(Exception):
         super().__init__(f"Your reply could not be used: {problem}.\n{how}")
 
 
+@dataclass(frozen=True)
+class Partial:
+    """A reply as far as it has come, read by its format: what a person is shown while it streams in (none of the
+    format's markup) and what recall's look-ahead reads."""
+
+    thought: str = ""
+    command: str | None = None  # None until the reply has named it whole
+    arg: str = ""  # the argument so far, as text (as `Decision.arg` shows it)
+
+
+class ReplySoFar:
+    """A reply still streaming in, fed piece by piece: its text (a tool call's thought) and a tool call's name and
+    arguments (pieces that carry a `tool`), read by its format."""
+
+    def __init__(self, reply_format: ReplyFormat):
+        self.reply_format = reply_format
+        self.text: list[str] = []
+        self.arguments: list[str] = []
+        self.tool = ""
+
+    def feed(self, piece: str) -> None:
+        if getattr(piece, "tool", None):
+            self.tool = piece.tool
+            self.arguments.append(piece)
+        else:
+            self.text.append(piece)
+
+    def partial(self) -> Partial:
+        return self.reply_format.partial("".join(self.text), self.tool, "".join(self.arguments))
+
+
 class ReplyFormat:
     name: ClassVar[str]
     how: ClassVar[str]  # how to reply, told with every malformed reply
@@ -87,6 +122,16 @@ class ReplyFormat:
 
     def read(self, completion: Completion) -> Decision:
         raise NotImplementedError
+
+    def partial(self, text: str, tool: str = "", arguments: str = "") -> Partial:
+        """A reply as far as it came (its text; a tool call's name and arguments so far): the thought, the command
+        once it is named whole, the argument so far. By default all of the text is the thought: a format with
+        markup of its own reads past it here, so the markup is never shown."""
+        return Partial(text.strip(), tool or None, arguments)
+
+    def reading(self) -> ReplySoFar:
+        """A reply about to stream in, to be fed its pieces and read as far as it came."""
+        return ReplySoFar(self)
 
     def reply(self, record: StepRecord) -> dict:
         """A step's action as the assistant message this format would have sent."""
@@ -177,12 +222,89 @@ def lenient_json(text: str):
     raise ValueError(str(problem))
 
 
+# --- the text form of a command's arguments: the only place where they are joined with "|" ------------------------
+_ITEM = re.compile(r"\S*[./:\d]\S*")  # a list item in the text form: a path, a URL, a result number
+
+
+def join_args(command: Command, args: dict) -> str:
+    """The arguments as one text, joined with "|" (a list's items each after its own |)."""
+    if command.json_argument:  # one JSON object (an MCP tool's)
+        return command.text(args)
+    parts = []
+    for parameter in command.parameters:
+        value = args.get(parameter.name)
+        if value is not None:
+            parts.extend(value if isinstance(value, list) else [value])
+    return "|".join(str(part) for part in parts)
+
+
+def split_args(command: Command, text: str) -> dict:
+    """The arguments of a text form. One parameter takes the whole text. Several are split at "|": a closing list
+    takes the trailing parts that look like paths, URLs or result numbers (at least the last part), and the first
+    parameter takes whatever is left over, so it may itself contain a "|"."""
+    if command.json_argument:
+        return command.parse(text)
+    text = text.strip()
+    if not text or not command.parameters:
+        return {}
+    if len(command.parameters) == 1:
+        return {command.parameters[0].name: command.parameters[0].value(text)}
+    parts = [part.strip() for part in text.split("|")]
+    *leading, last = command.parameters
+    tail: list[str] = []
+    if len(parts) > len(leading):
+        tail.append(parts.pop())
+        while last.is_list and len(parts) > len(leading) and _ITEM.fullmatch(parts[-1]):
+            tail.insert(0, parts.pop())
+    extra = max(0, len(parts) - len(leading))
+    values = ["|".join(parts[:extra + 1]), *parts[extra + 1:]]
+    args = {p.name: value for p, value in zip(leading, values) if value}
+    if tail:
+        args[last.name] = tail if last.is_list else tail[0]
+    return args
+
+
+# --- JSON as far as it came: a reply's object or a tool call's arguments, streaming in -----------------------------
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f"}
+
+
+def json_string_so_far(text: str, start: int) -> tuple[str, bool]:
+    """The JSON string beginning at `start` (just after its quote), as far as it came; whether it ended. An escape
+    cut in the middle is left out until the rest of it comes."""
+    out, i = [], start
+    while i < len(text):
+        char = text[i]
+        if char == '"':
+            return _whole(out), True
+        if char != "\\":
+            out.append(char)
+            i += 1
+            continue
+        if i + 1 >= len(text):
+            break
+        escaped = text[i + 1]
+        if escaped == "u":
+            if i + 6 > len(text):
+                break
+            with contextlib.suppress(ValueError):
+                out.append(chr(int(text[i + 2:i + 6], 16)))
+            i += 6
+            continue
+        out.append(_ESCAPES.get(escaped, escaped))
+        i += 2
+    return _whole(out), False
+
+
+def _whole(chars: list[str]) -> str:
+    """Characters from JSON escapes, a surrogate pair joined (a lone half becomes U+FFFD)."""
+    return "".join(chars).encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
 def call_arguments(command: Command, values) -> tuple[dict, dict | None]:
     """A JSON reply's arguments, leniently: under their own names; or, when none is, the text form under "arg" (the
     older json format) or in the only value given, whatever its name. Returns the arguments as the command takes
     them and the object as the model sent it (None when it strayed from the parameters' names: the history then
     shows the call in the standard form, which teaches it)."""
-    from .tags import split_args
     if not isinstance(values, dict):
         return split_args(command, values if isinstance(values, str) else _as_text(values)), None
     if not {p.name for p in command.parameters} & values.keys():
@@ -195,7 +317,6 @@ def call_arguments(command: Command, values) -> tuple[dict, dict | None]:
 def shown_arguments(record: StepRecord) -> dict:
     """A step's arguments as its call is shown back: the object recorded, or (traces older than it) read from the
     text form."""
-    from .tags import split_args
     if record.args is not None:
         return record.args
     command = COMMANDS.get(record.command)

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 
 from ..commands import COMMANDS, Command, actions
 from . import (EXAMPLE_ANSWER, EXAMPLE_CODE, EXAMPLE_FIX, EXAMPLE_LAST_THOUGHT, EXAMPLE_OBJECTIVE, EXAMPLE_RESULT,
-               EXAMPLE_THOUGHT, Decision, MalformedReply, ReplyFormat, call_arguments, check_command, lenient_json,
-               placeholders, shown_arguments)
+               EXAMPLE_THOUGHT, Decision, MalformedReply, Partial, ReplyFormat, call_arguments, check_command,
+               json_string_so_far, lenient_json, placeholders, shown_arguments)
+
+_ARG_SO_FAR = re.compile(r'"args?"\s*:\s*(?:\{\s*"[^"\\]*"\s*:\s*)?"')  # the first argument's string value
 
 
 def action_object(thought: str, command: str, args: dict) -> str:
@@ -51,6 +54,24 @@ class JsonFormat(ReplyFormat):
         args = values.get("args", {k: v for k, v in values.items() if k not in ("thought", "command")})
         args, given = call_arguments(COMMANDS[name], args)
         return Decision(str(values.get("thought", "")).strip(), name, args, given=given)
+
+    def partial(self, text: str, tool: str = "", arguments: str = "") -> Partial:
+        """The object's "thought", its "command" once that string is closed, and the first argument's string so
+        far, JSON escapes read; none of the object's syntax. Prose or a fence before the object is not shown."""
+        start = text.find("{")
+        if start < 0:
+            return Partial()
+        body = text[start:]
+
+        def value(key: str) -> tuple[str, bool]:
+            found = re.search(rf'"{key}"\s*:\s*"', body)
+            return json_string_so_far(body, found.end()) if found else ("", False)
+
+        thought, _ = value("thought")
+        command, named = value("command")
+        arg = _ARG_SO_FAR.search(body)
+        return Partial(thought.strip(), command if named else None,
+                       json_string_so_far(body, arg.end())[0] if arg else "")
 
     def reply(self, record) -> dict:
         args = shown_arguments(record)

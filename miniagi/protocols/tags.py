@@ -9,7 +9,9 @@ import textwrap
 
 from ..commands import COMMANDS, Command, actions
 from . import (EXAMPLE_ANSWER, EXAMPLE_CODE, EXAMPLE_FIX, EXAMPLE_LAST_THOUGHT, EXAMPLE_OBJECTIVE, EXAMPLE_RESULT,
-               EXAMPLE_THOUGHT, Decision, MalformedReply, ReplyFormat, check_command)
+               EXAMPLE_THOUGHT, Decision, MalformedReply, Partial, ReplyFormat, check_command, join_args, split_args)
+
+__all__ = ["FORMAT", "join_args", "parse_reply", "split_args"]
 
 _WHOLE_FENCE = re.compile(r"\A```[\w+.-]*[ \t]*\n(?P<body>.*)\n[ \t]*```\Z", re.S)
 _COMMAND = re.compile(r"<c>\s*(?P<name>[A-Za-z_][\w-]*)\s*</c>", re.I)
@@ -18,46 +20,9 @@ _THOUGHT = re.compile(r"<r>(?P<thought>.*?)(?:</r>|\Z)", re.S | re.I)
 _NEXT_ACTION = re.compile(r"<r>|<c>\s*[A-Za-z_][\w-]*\s*</c>", re.I)
 _ARG_FENCE = re.compile(r"\A```[\w+.-]*[ \t]*\n?(?P<body>.*?)(?:\n[ \t]*```|```)", re.S)
 _STRAY_TAGS = re.compile(r"</?[rc]>", re.I)
-_ITEM = re.compile(r"\S*[./:\d]\S*")  # a list item in the text form: a path, a URL, a result number
-
-
-# --- the text form of a command's arguments: the only place where they are joined with "|" ------------------------
-def join_args(command: Command, args: dict) -> str:
-    """The arguments as one text, joined with "|" (a list's items each after its own |)."""
-    if command.json_argument:  # one JSON object (an MCP tool's)
-        return command.text(args)
-    parts = []
-    for parameter in command.parameters:
-        value = args.get(parameter.name)
-        if value is not None:
-            parts.extend(value if isinstance(value, list) else [value])
-    return "|".join(str(part) for part in parts)
-
-
-def split_args(command: Command, text: str) -> dict:
-    """The arguments of a text form. One parameter takes the whole text. Several are split at "|": a closing list
-    takes the trailing parts that look like paths, URLs or result numbers (at least the last part), and the first
-    parameter takes whatever is left over, so it may itself contain a "|"."""
-    if command.json_argument:
-        return command.parse(text)
-    text = text.strip()
-    if not text or not command.parameters:
-        return {}
-    if len(command.parameters) == 1:
-        return {command.parameters[0].name: command.parameters[0].value(text)}
-    parts = [part.strip() for part in text.split("|")]
-    *leading, last = command.parameters
-    tail: list[str] = []
-    if len(parts) > len(leading):
-        tail.append(parts.pop())
-        while last.is_list and len(parts) > len(leading) and _ITEM.fullmatch(parts[-1]):
-            tail.insert(0, parts.pop())
-    extra = max(0, len(parts) - len(leading))
-    values = ["|".join(parts[:extra + 1]), *parts[extra + 1:]]
-    args = {p.name: value for p, value in zip(leading, values) if value}
-    if tail:
-        args[last.name] = tail if last.is_list else tail[0]
-    return args
+# a reply as far as it came: a tag whose end has not come yet, a command named whole (its line ended)
+_TAG_CUT = re.compile(r"<(?:/?[rc]?)\Z", re.I)
+_COMMAND_SO_FAR = re.compile(r"<c>\s*(?P<name>[A-Za-z_][\w-]*)\s*(?:</c>|\n)", re.I)
 
 
 def placeholders(command: Command) -> str:
@@ -131,6 +96,25 @@ class TagsFormat(ReplyFormat):
 
     def read(self, completion) -> Decision:
         return parse_reply(completion.text)
+
+    def partial(self, text: str, tool: str = "", arguments: str = "") -> Partial:
+        """The thought inside <r> (or before <c>), the command once its tag or line is closed, the argument after
+        it without a code fence: no tag, and no half of one still coming, is in what it returns."""
+        body = text.lstrip()
+        if body.startswith("```"):  # the whole reply in a fence
+            body = body.partition("\n")[2]
+        found = _COMMAND_SO_FAR.search(body)
+        before, rest = (body[:found.start()], body[found.end():]) if found else (body, "")
+        before = re.split(r"<c>", before, maxsplit=1, flags=re.I)[0]
+        thought = _THOUGHT.search(before)
+        thought = thought.group("thought") if thought else _STRAY_TAGS.sub("", before)
+        if not found:
+            return Partial(_TAG_CUT.sub("", re.split(r"</r>", thought, maxsplit=1, flags=re.I)[0]).strip())
+        arg = rest.lstrip(" \t").removeprefix("\n")
+        if arg.lstrip().startswith("```"):
+            arg = arg.lstrip().partition("\n")[2] if "\n" in arg else ""
+        arg = "\n".join(line for line in arg.split("\n") if not line.lstrip().startswith("```"))
+        return Partial(thought.strip(), found.group("name"), arg)
 
     def reply(self, record) -> dict:
         return {"role": "assistant", "content": action_text(record.thought, record.command, record.arg)}

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 
 from ..commands import COMMANDS, Command, actions
-from . import (EXAMPLE_ANSWER, EXAMPLE_CODE, EXAMPLE_OBJECTIVE, EXAMPLE_RESULT, Decision, MalformedReply,
-               ReplyFormat, call_arguments, check_command, lenient_json, observation_text, placeholders,
-               shown_arguments)
+from . import (EXAMPLE_ANSWER, EXAMPLE_CODE, EXAMPLE_OBJECTIVE, EXAMPLE_RESULT, Decision, MalformedReply, Partial,
+               ReplyFormat, call_arguments, check_command, json_string_so_far, lenient_json, observation_text,
+               placeholders, shown_arguments)
+
+_FIRST_VALUE = re.compile(r'\A\s*\{\s*"[^"\\]*"\s*:\s*"')  # a call's arguments, up to its first string value
 
 
 def call_text(name: str, args: dict) -> str:
@@ -43,6 +46,12 @@ class ToolsFormat(ReplyFormat):
                     "reply and wait for its result.")
         args, given = call_arguments(COMMANDS[name], values)
         return Decision(completion.text.strip(), name, args, note, given)
+
+    def partial(self, text: str, tool: str = "", arguments: str = "") -> Partial:
+        """The message text as the thought; the tool's name once a call begins, and its first string argument so
+        far (the arguments object's syntax is not shown)."""
+        start = _FIRST_VALUE.match(arguments) if tool else None
+        return Partial(text.strip(), tool or None, json_string_so_far(arguments, start.end())[0] if start else "")
 
     def reply(self, record) -> dict:
         args = shown_arguments(record)

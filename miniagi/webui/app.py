@@ -15,7 +15,10 @@ page hang.
 
 from __future__ import annotations
 
+import functools
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -32,6 +35,7 @@ from ..report import cache_rate, folder, started, took
 from ..runs import STATUSES, RunStore
 from .auth import TokenCheck, csrf_value, new_token
 from .batches import batch_routes
+from .setup import EndpointView
 from .steering import Refused, steering
 from .workbench import PROTOCOLS, Workbench
 
@@ -40,6 +44,9 @@ FOLD_LINES = 12  # an observation longer than this is folded
 LOOPBACK = ("localhost", "127.0.0.1", "::1")
 ANY_HOST = ("0.0.0.0", "::", "")  # listening on every interface: the names it is reached by are unknown
 RECALLED_CHARS = 400  # of each recalled text on a run page
+RATE_MIN_S = 0.5  # a tokens/s figure is shown for a reply generated over this long at least: a rate over less says
+#                  little (an instant server's "4943 tokens/s")
+THREAD_RUNS = 20  # runs of a conversation shown on either side of a run's page
 UI_TRACE_MAX_BYTES = 64 * 2**20  # a larger trace is not shown (`miniagi show` reads it)
 
 
@@ -88,6 +95,24 @@ def in_step_order(events: list[ev.Event], running: bool) -> tuple[list[ev.Event]
     return ordered + waiting, len(events)
 
 
+def once_per_step(events: list[ev.Event]) -> list[ev.Event]:
+    """Each step once: a step begun again after a resume (its action interrupted before it was observed) is shown
+    as it was done, the first attempt left out with its replies."""
+    last = {}
+    for index, event in enumerate(events):
+        if isinstance(event, (ev.Action, ev.FormatError)):
+            last[event.step] = index
+    kept, dropping = [], None
+    for index, event in enumerate(events):
+        if isinstance(event, (ev.Action, ev.FormatError)):
+            dropping = event.step if last[event.step] != index else None
+        elif not isinstance(event, (ev.ModelCall, ev.Recall)):
+            dropping = None
+        if dropping is None or getattr(event, "step", None) != dropping:
+            kept.append(event)
+    return kept
+
+
 def highlight(code: str, command: str) -> Markup:
     """Code of an action, highlighted (pygments escapes it)."""
     from pygments import highlight as pyg
@@ -129,8 +154,9 @@ def create_app(home: Path, redact=lambda text: text, host: str = "127.0.0.1", to
     templates = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(default=True))
     templates.globals.update(highlight=highlight, fold_lines=FOLD_LINES, cache_rate=cache_rate, csrf=csrf_value(token),
                              folder=folder, started=started, took=took,
-                             workdirs=bench.workdirs, protocols=PROTOCOLS)
+                             workdirs=bench.workdirs, protocols=PROTOCOLS, rate_min_s=RATE_MIN_S)
     templates.filters["redact"] = lambda text: redact(str(text)) if text is not None else ""
+    templates.filters["markdown"] = markdown
 
     def page(name: str, _status: int = 200, **values) -> HTMLResponse:
         return HTMLResponse(templates.get_template(name).render(**values), status_code=_status)
@@ -173,16 +199,79 @@ def create_app(home: Path, redact=lambda text: text, host: str = "127.0.0.1", to
         return {i: redact(text or "")[:RECALLED_CHARS] for i, text in zip(found.get("ids", []),
                                                                            found.get("documents", []))}
 
-    def render_events(events: list[ev.Event], running: bool) -> tuple[str, int]:
+    def render_events(run_id: str, events: list[ev.Event], running: bool, anchors: bool = True) -> tuple[str, int]:
+        """The events as the page shows them; `anchors`: each step with its id (step-N), for the run the page is
+        about (not for the other runs of its conversation)."""
         ordered, used = in_step_order(events, running)
-        return templates.get_template("events.html").render(events=ordered, recalled=recalled(ordered)), used
+        return templates.get_template("events.html").render(run_id=run_id, events=once_per_step(ordered),
+                                                            recalled=recalled(ordered), anchors=anchors), used
 
-    controls, steer_routes = steering(bench, store, token, templates, page, redact)
+    def turn(run_id: str) -> dict | None:
+        """A run as one turn of a conversation: its objective, its steps (folded), its answer."""
+        try:
+            record, events = read_events(run_id)
+        except ConfigError:
+            return None
+        result = record.read_result()
+        start = next((e for e in events if isinstance(e, ev.RunStart)), None)
+        html, _ = render_events(record.run_id, [e for e in events if not isinstance(e, ev.RunStart)], False,
+                                anchors=False)
+        return {"run_id": record.run_id, "objective": start.objective if start else result.get("objective", ""),
+                "follows": start.follows if start else None, "status": result.get("status", "running"),
+                "steps": result.get("steps") or 0, "answer": result.get("answer"), "events_html": Markup(html)}
+
+    def conversation(run_id: str, follows: str | None) -> tuple[list[dict], list[dict]]:
+        """The runs before this one in its conversation (each a follow-up or a chat's next objective of the one
+        before), oldest first, and those after it, each the newest run that follows the one before."""
+        earlier, seen = [], {run_id}
+        while follows and follows not in seen and len(earlier) < THREAD_RUNS:
+            seen.add(follows)
+            found = turn(follows)
+            if found is None:
+                break
+            earlier.insert(0, found)
+            follows = found["follows"]
+        after: dict[str, str] = {}
+        for result in reversed(store.results()):  # oldest first: the newest follow-up of each run wins
+            if result.get("follows"):
+                after[str(result["follows"])] = result["run_id"]
+        later, current = [], run_id
+        while current in after and after[current] not in seen and len(later) < THREAD_RUNS:
+            current = after[current]
+            seen.add(current)
+            found = turn(current)
+            if found is None:
+                break
+            later.append(found)
+        return earlier, later
+
+    setup = EndpointView(bench)
+
+    def start_form(**values) -> dict:
+        """What the start form says of the model: no endpoint (and how to fix it), the model in use, the models the
+        endpoint lists."""
+        return {"setup_problem": setup.problem(), "default_model": setup.model(), "models": setup.models(), **values}
+
+    controls, steer_routes = steering(bench, store, token, templates, page, redact, start_form)
+
+    def live_view(run_id: str, result: dict, events: list[ev.Event], stream: dict | None) -> str:
+        """What the run is doing now: the reply streaming in; what its command prints as it prints it, with the
+        time it has run; and, once stopped, what it printed until then (no observation records it)."""
+        running = result.get("status", "running") == "running"
+        printed = bench.printed(run_id)
+        if printed is not None:
+            observed = any(isinstance(e, ev.Observation) and e.step == printed.get("step") for e in events)
+            printed = dict(printed, running=running and printed.get("running"))
+            if observed or (running and not printed["running"]) or result.get("status") == "done":
+                printed = None
+            elif printed["running"]:
+                printed["elapsed"] = f"{max(0.0, time.time() - float(printed.get('started') or 0)):.0f} s"
+        return templates.get_template("live.html").render(stream=stream, printed=printed)
 
     def runs_list(request: Request):
         status, query = request.query_params.get("status") or None, request.query_params.get("q", "").strip()
         runs = [r for r in store.results(status) if query.lower() in str(r.get("objective", "")).lower()]
-        return page("runs.html", runs=runs, status=status, query=query, statuses=STATUSES)
+        return page("runs.html", runs=runs, status=status, query=query, statuses=STATUSES, **start_form())
 
     def not_found(run_id: str, exc: ConfigError) -> tuple[str, str]:
         """Why a run cannot be found, and, when this UI started it, what its process said: a run refused at its
@@ -205,9 +294,15 @@ def create_app(home: Path, redact=lambda text: text, host: str = "127.0.0.1", to
             message, log = not_found(request.path_params["run_id"], exc)
             return page("missing.html", _status=404, message=message, log=log)
         result = live_result(record.read_result(), events)
-        html, used = render_events(events, result.get("status", "running") == "running")
+        follows = next((e.follows for e in events if isinstance(e, ev.RunStart)), None)
+        earlier, later = conversation(record.run_id, follows)
+        if later:  # the conversation goes on below: it is followed up from its newest run
+            result = dict(result, continued_in=later[-1]["run_id"])
+        html, used = render_events(record.run_id, events, result.get("status", "running") == "running")
+        control = controls(record.run_id, result)
         return page("run.html", run_id=record.run_id, result=result, events_html=Markup(html), count=used,
-                    chart=chart(usage(events)), control=controls(record.run_id, result))
+                    chart=chart(usage(events)), control=control, earlier=earlier, later=later,
+                    live_html=Markup(live_view(record.run_id, result, events, control["stream"])))
 
     def run_events(request: Request):
         """What came since event N, rendered, for a page watching a running run."""
@@ -221,14 +316,26 @@ def create_app(home: Path, redact=lambda text: text, host: str = "127.0.0.1", to
         except ValueError:
             return JSONResponse({"error": "after: give the number of events already shown"}, status_code=400)
         result = live_result(record.read_result(), events)
-        html, used = render_events(events[after:], result.get("status", "running") == "running")
+        html, used = render_events(record.run_id, events[after:], result.get("status", "running") == "running")
         control = controls(record.run_id, result)
         return JSONResponse({"count": after + used, "html": html, "status": result.get("status", "running"),
                              "chart": str(chart(usage(events))),
                              "meta": templates.get_template("meta.html").render(result=result),
                              "control": control["html"], "control_key": control["key"], "live": control["live"],
-                             "stream": control["stream"],
-                             "answer": redact(result["answer"]) if result.get("answer") is not None else None})
+                             "now": live_view(record.run_id, result, events, control["stream"]),
+                             "answer": str(markdown(redact(result["answer"]))) if result.get("answer") is not None
+                             else None})
+
+    def prompt_page(request: Request):
+        """What the model saw for a step: the messages sent, each with what it covers (model_view.py)."""
+        from ..model_view import read_prompts
+
+        try:
+            record = store.open(request.path_params["run_id"])
+            step = int(request.path_params["step"])
+        except (ConfigError, ValueError) as exc:
+            return refused(404, str(exc))
+        return page("prompt.html", run_id=record.run_id, step=step, prompts=read_prompts(record.dir, step))
 
     def memory_page(request: Request):
         query = request.query_params.get("q", "").strip()
@@ -249,6 +356,7 @@ def create_app(home: Path, redact=lambda text: text, host: str = "127.0.0.1", to
 
     app = Starlette(routes=[
         Route("/", runs_list), Route("/runs/{run_id}", run_page), Route("/runs/{run_id}/events", run_events),
+        Route("/runs/{run_id}/prompt/{step}", prompt_page),
         *batch_routes(home, page), Route("/memory", memory_page), Route("/api/runs", api_runs),
         *steer_routes,
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static")],
@@ -261,6 +369,11 @@ def create_app(home: Path, redact=lambda text: text, host: str = "127.0.0.1", to
 def live_result(result: dict, events: list[ev.Event]) -> dict:
     """A running run's result with its steps, model calls and cost counted from its trace: the run saves its result
     only when a step ends, so the header would say 0 steps and $0 while step 1 and its cost show below."""
+    start = next((e for e in events if isinstance(e, ev.RunStart)), None)
+    # Resume offers the run's own "run without asking" (`miniagi resume` takes --yes only when given again)
+    last = next((e for e in reversed(events) if isinstance(e, (ev.Action, ev.FormatError))), None)
+    result = dict(result, ran_without_asking=bool(start and start.settings.get("yes")),
+                  asked_above=isinstance(last, ev.Action) and last.command == "talk_to_user")
     if result.get("status", "running") != "running":
         return result
     steps = max((e.step for e in events if isinstance(e, (ev.Action, ev.FormatError, ev.Observation))), default=0)
@@ -272,6 +385,29 @@ def live_result(result: dict, events: list[ev.Event]) -> dict:
     if not result.get("replay_of"):
         live["llm_calls"] = max(result.get("llm_calls") or 0, len(calls))
     return live
+
+
+def markdown(text: str) -> Markup:
+    """A model's Markdown as HTML, safely: raw HTML in it is shown as text, links only to http(s), mailto or a
+    page of this UI (markdown-it's own check), and no images (one would be fetched the moment the page shows it,
+    carrying whatever its address holds to another server)."""
+    with _MARKDOWN_LOCK:  # the first call builds it, once
+        renderer = _markdown()
+    return Markup(renderer.render(str(text)))
+
+
+_MARKDOWN_LOCK = threading.Lock()
+
+
+@functools.cache
+def _markdown():
+    """One renderer, its rule chains compiled before any page uses it: markdown-it compiles them on first use, and
+    two threads doing that at once could see a half-built chain (an answer rendered empty)."""
+    from markdown_it import MarkdownIt
+
+    renderer = MarkdownIt("commonmark", {"html": False}).disable("image")
+    renderer.render("# a\n\n*b* `c` [d](http://e)\n\n- f\n\n> g\n\n```\nh\n```\n")
+    return renderer
 
 
 def usage(events: list[ev.Event]) -> list[tuple[int, int, float]]:

@@ -3,7 +3,11 @@
 The run writes:
   runs          the id of each run it starts, a line each (a chat starts several)
   question.json what it waits for: {"id", "kind": approve | ask | confirm, "run_id", "command", "arg", "message"}
-  stream.txt    the agent's reply as it streams in (empty between replies)
+  stream.json   the agent's reply as it streams in, as its format reads it: {"step", "thought", "command", "arg"}
+                (gone between replies): the page shows no format's markup
+  output.json   what the running command printed, bounded as the terminal bounds it: {"run_id", "step", "command",
+                "started" (epoch s), "lines" (the first), "more" (how many past them), "tail" (the last), "running"};
+                kept after the command ends or is stopped, so the page keeps every line it showed
 The UI writes:
   answer.json   {"id" (the question's), "run": bool, "feedback": str} or {"id", "answer": str}
 
@@ -22,7 +26,7 @@ import time
 import uuid
 from pathlib import Path
 
-from ..ui import Approval, Terminal
+from ..ui import LIVE_OUTPUT_LINES, OBSERVATION_PREVIEW_LINES, Approval, Terminal
 
 POLL_S = 0.1
 STREAM_EVERY_S = 0.2
@@ -72,10 +76,19 @@ class Channel:
                 (self.path / "question.json").unlink(missing_ok=True)
                 answer_path.unlink(missing_ok=True)
 
-    def stream(self, text: str) -> None:
+    def stream(self, partial: dict | None) -> None:
+        self._view("stream.json", partial)
+
+    def output(self, printed: dict) -> None:
+        self._view("output.json", printed)
+
+    def _view(self, name: str, data: dict | None) -> None:
         try:
-            write_whole(self.path / "stream.txt", text)
-        except OSError:  # only a view of the reply: the run goes on without it
+            if data is None:
+                (self.path / name).unlink(missing_ok=True)
+            else:
+                write_whole(self.path / name, json.dumps(data, ensure_ascii=False))
+        except OSError:  # only a view of the run: the run goes on without it
             pass
 
     # --- the UI's side -------------------------------------------------------------------------------------------
@@ -102,11 +115,57 @@ class Channel:
         write_whole(self.path / "answer.json", json.dumps({**answer, "id": qid}))
         return True
 
-    def streaming(self) -> str:
-        try:
-            return (self.path / "stream.txt").read_text(encoding="utf-8")
-        except OSError:
-            return ""
+    def streaming(self) -> dict | None:
+        return read_json(self.path / "stream.json")
+
+    def printed(self) -> dict | None:
+        return read_json(self.path / "output.json")
+
+
+class PrintedSoFar:
+    """What a running command printed, bounded as the terminal bounds it: its first lines, then a count and its last
+    lines. Lines come from the thread reading the output; a writer thread puts them in the channel a few times a
+    second, and once more when the command ends (or is stopped)."""
+
+    def __init__(self, channel: Channel, redact, run_id: str, step: int, command: str):
+        self.channel, self.redact = channel, redact
+        self.view = {"run_id": run_id, "step": step, "command": command, "started": time.time(), "lines": [],
+                     "more": 0, "tail": [], "running": True}
+        self.lock = threading.Lock()
+        self.changed = True
+        self.done = threading.Event()
+        self.writer = threading.Thread(target=self._write_often, name="output-to-ui", daemon=True)
+        self.writer.start()
+
+    def line(self, text: str) -> None:
+        text = self.redact(text)
+        with self.lock:
+            if len(self.view["lines"]) < LIVE_OUTPUT_LINES:
+                self.view["lines"].append(text)
+            else:
+                self.view["more"] += 1
+                self.view["tail"] = [*self.view["tail"], text][-OBSERVATION_PREVIEW_LINES:]
+            self.changed = True
+
+    def close(self) -> None:
+        self.done.set()
+        self.writer.join()
+        with self.lock:
+            self.view["running"] = False
+            self.changed = True
+        self._flush()
+
+    def _write_often(self) -> None:
+        while not self.done.wait(STREAM_EVERY_S):
+            self._flush()
+
+    def _flush(self) -> None:
+        with self.lock:
+            if not self.changed or not self.view["lines"]:  # a command that prints nothing leaves no view
+                return
+            self.changed = False
+            view = dict(self.view)
+        self.channel.output(view)
 
 
 class ControlledTerminal(Terminal):
@@ -117,6 +176,38 @@ class ControlledTerminal(Terminal):
         super().__init__(interactive=True, **kwargs)
         self.channel = channel
         self.run_id = ""
+        self.step = 0  # of the reply last streamed: the step whose command runs next
+        self.printed: PrintedSoFar | None = None
+
+    @property
+    def live(self) -> bool:
+        """The page follows what code prints, as it prints it."""
+        return True
+
+    def thinking(self, step: int):
+        self.step = step
+        return super().thinking(step)
+
+    @contextlib.contextmanager
+    def working(self, what: str, step: int | None = None):
+        """A command running: what it prints goes to the page as it prints it, and stays there when it ends or
+        is stopped."""
+        with super().working(what, step):
+            if step is not None:  # the model thinks: its reply streams through `receiving`
+                yield
+                return
+            command = what.rsplit(": ", 1)[-1].removesuffix(" running")
+            self.printed = PrintedSoFar(self.channel, self.redact, self.run_id, self.step, command)
+            try:
+                yield
+            finally:
+                self.printed.close()
+                self.printed = None
+
+    def code_line(self, line: str) -> None:
+        printed = self.printed
+        if printed is not None:
+            printed.line(line)
 
     def run_started(self, run_id: str, objective: str, model: str, resumed_at: int | None = None,
                     follows: str | None = None, sandbox: str | None = None) -> None:
@@ -144,12 +235,13 @@ class ControlledTerminal(Terminal):
 
     @contextlib.contextmanager
     def receiving(self, role: str):
-        """The agent's reply, as it streams, is also written for the page (a few times a second, and whenever
-        it pauses)."""
+        """The agent's reply, as it streams, is also written for the page as its format reads it (a few times a
+        second, and whenever it pauses)."""
         with super().receiving(role) as shown:
-            if role != "agent":
+            if role != "agent" or self.reply_format is None:
                 yield shown
                 return
+            reply = self.reply_format.reading()
             pieces: list[str] = []
             written = [0]
             done = threading.Event()
@@ -157,7 +249,9 @@ class ControlledTerminal(Terminal):
             def flush() -> None:
                 if len(pieces) != written[0]:
                     written[0] = len(pieces)
-                    self.channel.stream(self.redact("".join(pieces)))
+                    so_far = reply.partial()
+                    self.channel.stream({"step": self.step, "thought": self.redact(so_far.thought),
+                                         "command": so_far.command, "arg": self.redact(so_far.arg)})
 
             def writer() -> None:
                 while not done.wait(STREAM_EVERY_S):
@@ -165,6 +259,7 @@ class ControlledTerminal(Terminal):
 
             def on_piece(piece: str) -> None:
                 shown(piece)
+                reply.feed(piece)
                 pieces.append(piece)
 
             thread = threading.Thread(target=writer, name="stream-to-ui", daemon=True)
@@ -174,4 +269,4 @@ class ControlledTerminal(Terminal):
             finally:
                 done.set()
                 thread.join()
-                self.channel.stream("")
+                self.channel.stream(None)

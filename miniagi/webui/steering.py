@@ -37,8 +37,10 @@ class Refused(Exception):
 
 
 def steering(bench: Workbench, store: RunStore, token: str, templates: Environment, page: Callable[..., HTMLResponse],
-             redact: Callable[[str], str]) -> tuple[Callable[[str, dict], dict], list[Route]]:
-    """(what a run's page offers for a run, given its result; the routes of the actions and of a session's page)"""
+             redact: Callable[[str], str], start_form: Callable[..., dict]
+             ) -> tuple[Callable[[str, dict], dict], list[Route]]:
+    """(what a run's page offers for a run, given its result; the routes of the actions and of a session's page).
+    `start_form(**typed)`: what the start form shows (the endpoint's state), with what was typed in it."""
     def controls(run_id: str, result: dict) -> dict:
         """What the page offers for a run: the question it waits for, Stop, follow up, resume."""
         status = result.get("status", "running")
@@ -50,13 +52,15 @@ def steering(bench: Workbench, store: RunStore, token: str, templates: Environme
         values = {"run_id": run_id, "status": status, "session": session, "question": question,
                   "stop": session is not None and status == "running",
                   "chat_next": session is not None and session.kind == "chat" and status != "running",
-                  "follow": session is None and status != "running" and known,
+                  "follow": session is None and status != "running" and known and not result.get("continued_in"),
+                  "continued_in": result.get("continued_in"), "asked_above": result.get("asked_above"),
+                  "resume_yes": result.get("ran_without_asking"),
                   "resume": session is None and status not in ("running", "done") and known}
         key = "|".join(str(v) for v in (status, session and session.id, question and question.get("id"),
                                         values["follow"], values["resume"], values["chat_next"]))
         return {"html": templates.get_template("control.html").render(**values), "key": key,
                 "live": session is not None,
-                "stream": redact(session.channel.streaming()) if session is not None and status == "running" else ""}
+                "stream": session.channel.streaming() if session is not None and status == "running" else None}
 
     async def form_of(request: Request):
         form = await checked_form(request, token)
@@ -97,7 +101,12 @@ def steering(bench: Workbench, store: RunStore, token: str, templates: Environme
         workdir = bench.workdir(str(form.get("workdir") or bench.workdirs[0]))
         if workdir is None:
             raise Refused(403, "that work directory is not one this UI may use (`miniagi ui --workdir DIR` adds one)")
-        session = bench.start(objective, workdir, options_of(form), chat=bool(form.get("chat")))
+        options = options_of(form)
+        typed = start_form(typed={"objective": objective, "model": options.model})
+        if typed["setup_problem"]:  # the form again, as it was typed, saying what to fix
+            return page("runs.html", _status=409, runs=store.results(), status=None, query="", statuses=(),
+                        **typed)
+        session = bench.start(objective, workdir, options, chat=bool(form.get("chat")))
         return RedirectResponse(f"/sessions/{session.id}", status_code=303)
 
     async def answer(request: Request):

@@ -17,10 +17,11 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..protocols import formats
 from ..runs import miniagi_command
 from .control import Channel
 
-PROTOCOLS = ("tags", "tools", "json")
+PROTOCOLS = tuple(formats())  # the reply formats a page may choose: the table of formats
 LOG_TAIL = 4000  # characters of a failed start's stderr shown
 
 
@@ -140,6 +141,14 @@ class Workbench:
         for session in reversed(list(self.sessions.values())):
             if session.alive() and session.current() == run_id:
                 return session
+        return None
+
+    def printed(self, run_id: str) -> dict | None:
+        """What the last command of this run printed as this UI followed it (kept after it ends or is stopped)."""
+        for session in reversed(list(self.sessions.values())):
+            if run_id in session.runs():
+                printed = session.channel.printed()
+                return printed if printed is not None and printed.get("run_id") == run_id else None
         return None
 
     def close(self) -> None:

@@ -1,5 +1,6 @@
 // A run's page follows its trace: while it runs (or while this UI drives it) it asks every half second for the
-// events since the last it has, appends them (rendered and escaped by the server), shows the reply streaming in,
+// events since the last it has, appends them (rendered and escaped by the server), shows the reply streaming in and
+// what its command prints (both rendered by the server),
 // and swaps in the run's controls (a question, Stop, follow up, resume) when they change. No reload. A run that
 // is gone (refused at its first request: not kept) says so, with what its process said, and the polling stops.
 (function () {
@@ -28,23 +29,25 @@
       if (response.ok) {
         const data = await response.json();
         if (data.count > count) {
-          box.insertAdjacentHTML("beforeend", data.html);
+          const chunk = document.createElement("template");
+          chunk.innerHTML = data.html;  // rendered and escaped by the server
+          // a step begun again after a resume is shown once: as it is done now
+          chunk.content.querySelectorAll("section.step[id]").forEach((step) => {
+            const before = box.querySelector(`section.step[id="${step.id}"]`);
+            if (before) before.remove();
+          });
+          box.append(chunk.content);
           count = data.count;
           document.getElementById("chart").innerHTML = data.chart;
         }
         status = data.status;
         live = data.live;
         document.getElementById("meta").innerHTML = data.meta;
-        const stream = document.getElementById("stream");
-        stream.textContent = data.stream;
-        stream.hidden = !data.stream;
+        document.getElementById("now").innerHTML = data.now;  // rendered and escaped by the server
         if (data.answer !== null && data.answer !== undefined) {
           const answer = document.getElementById("answer");
-          if (!answer.querySelector("pre")) {
-            const title = document.createElement("h2"), text = document.createElement("pre");
-            title.textContent = "answer";
-            text.textContent = data.answer;
-            answer.replaceChildren(title, text);
+          if (!answer.querySelector(".text")) {  // the answer's Markdown, rendered (raw HTML off) by the server
+            answer.innerHTML = `<h2>answer</h2><div class="text">${data.answer}</div>`;
             answer.className = "answer";
           }
         }
