@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from dataclasses import dataclass
 from typing import Callable
 
 from .config import ConfigError, Endpoint
@@ -19,7 +20,7 @@ from .prices import PriceTable, cached_prompt_tokens, count_prompt_tokens, whole
 from .retry import Backoff, retry_after
 from .sdk_client import (BYTES_PER_TOKEN_BOUND, CHARS_PER_TOKEN_BOUND, PAST_CAP_SLACK, UNCAPPED_REPLY_TOKENS,
                          BadResponse, BrokenStream, Dropped, EndpointClient, FailedMidReply, Limits, PastDeadline,
-                         Reply, Silent, preload, request_deadline)
+                         Reply, Silent, load_sdk, preload, request_deadline)
 
 __all__ = ["OpenAIModel", "EndpointClient", "preload", "format_name", "request_deadline"]
 
@@ -165,86 +166,99 @@ class OpenAIModel:
 
     def _complete(self, messages: list[Message], model: str, options: dict, cap: int,
                   on_piece: Callable[[str], None] | None) -> Completion:
+        """One request, tried again as `classify` says (and at most `timeout_retries` more times after a silence)."""
+        openai = load_sdk()
         import httpx2
-        import openai
 
-        where = self.endpoint.base_url or "the OpenAI API"
         deadline_s = self.deadline(cap)
-        silence = f"the model endpoint {where} sent nothing for {self.request_timeout_s:g} s (--request-timeout)"
-        problem, timeouts, attempts, last_failure = "", 0, 0, None
+        # between bytes, not in all: the wait for the answer's headers (llama.cpp sends them with the first token) is
+        # bounded by the silence allowed; while reading, the Guard keeps the deadline
+        timeout = httpx2.Timeout(min(self.request_timeout_s, deadline_s), connect=min(10.0, self.request_timeout_s))
+        verdict: Retry | GiveUp | None = None
+        last_failure: tuple[int, str] | None = None
+        timeouts = attempt = 0
         for attempt in range(self.retries + 1):
-            attempts += 1
             started = time.monotonic()
+            limits = Limits(started, self.request_timeout_s, deadline_s, cap * BYTES_PER_TOKEN_BOUND + 1_000_000)
             try:
-                # between bytes, not in all: the wait for the answer's headers (llama.cpp sends them with the
-                # first token) is bounded by the silence allowed; while reading, the Guard keeps the deadline
-                timeout = httpx2.Timeout(min(self.request_timeout_s, deadline_s),
-                                         connect=min(10.0, self.request_timeout_s))
-                limits = Limits(started, self.request_timeout_s, deadline_s,
-                                cap * BYTES_PER_TOKEN_BOUND + 1_000_000)
                 reply = self.client.chat({"model": model, "messages": messages, **options}, limits, timeout, cap,
                                          on_piece)
                 return self._completion(reply, messages, model, options, cap, started)
-            except openai.APIStatusError as exc:
-                status = exc.status_code
-                if status == 401:
-                    raise ModelRejected(f"the endpoint {where} rejected the API key: set a valid OPENAI_API_KEY"
-                                        ) from None
-                if status == 404:
-                    served = self.served_models()
-                    if served and model not in served:
-                        raise ModelRejected(f"the endpoint {where} does not serve model {model!r}; it serves: "
-                                            f"{', '.join(served[:20])}{' …' if len(served) > 20 else ''} — give one "
-                                            f"with -m / MINIAGI_MODEL") from None
-                    raise ModelRejected(f"the endpoint {where} does not know model {model!r} (or the URL is wrong): "
-                                        f"check --model / MINIAGI_MODEL and OPENAI_BASE_URL ({_error_text(exc)})"
-                                        f"{_missing_v1(self.endpoint.base_url)}") from None
-                if status == 403:
-                    raise ModelRejected(f"the endpoint {where} refused access to {model!r}: {_error_text(exc)}"
-                                        ) from None
-                if 300 <= status < 400:  # not followed: the key would go wherever the answer points
-                    location = exc.response.headers.get("location", "?")
-                    raise ModelRejected(f"the endpoint {where} redirects to {location} (HTTP {status}), which is "
-                                        f"not followed: set OPENAI_BASE_URL to the address meant") from None
-                failure = (status, _error_text(exc))
-                if status not in (408, 409, 429) and status < 500:
-                    raise ModelError(f"the endpoint answered {status}: {failure[1]}") from None
-                if status != 429 and failure == last_failure and names_the_request(failure[1], options):
-                    # the chat template's "Conversation roles must alternate", a field it does not know: the
-                    # request is at fault, and sending it a third time will not change the answer
-                    raise ModelError(f"the endpoint answered {status} twice with the same error: "
-                                     f"{failure[1]}") from None
-                last_failure = failure
-                problem, error = _describe(exc, where), exc
-            except (openai.APITimeoutError, Silent) as exc:  # a silent server costs request_timeout_s a try
-                if time.monotonic() - started >= deadline_s:
-                    problem = _past_deadline(where, deadline_s)
-                    break
-                problem, error = silence, exc
-                timeouts += 1
-                if timeouts > self.timeout_retries:
-                    break
-            except PastDeadline:  # a trickle would trickle again: not retried
-                problem = _past_deadline(where, deadline_s)
+            except (openai.APIStatusError, openai.APIConnectionError, Silent, PastDeadline, Dropped, FailedMidReply,
+                    BadResponse) as error:  # APIConnectionError: APITimeoutError too
+                verdict = self.classify(error, model=model, options=options, deadline_s=deadline_s,
+                                        past_deadline=time.monotonic() - started >= deadline_s,
+                                        last_failure=last_failure)
+            if isinstance(verdict, GiveUp):
+                if verdict.error is not None:
+                    raise verdict.error from None
                 break
-            except openai.APIConnectionError as exc:  # nothing listens, the connection broke before an answer
-                if _tls_mismatch(exc):  # https:// to a server that speaks plain http: retrying cannot help
-                    raise ModelRejected(f"the endpoint {where} does not speak TLS (https): a local server usually "
-                                        f"wants http:// — set OPENAI_BASE_URL={_as_http(where)}") from None
-                problem, error = _describe(exc, where), exc
-            except Dropped as exc:
-                problem, error = f"the connection to the model endpoint {where} dropped mid-reply ({exc})", exc
-            except FailedMidReply as exc:
-                problem, error = f"the model endpoint {where} failed mid-reply: {exc}", exc
-            except BadResponse as exc:  # a 200 whose body is not a completion (not JSON, not UTF-8, too large)
-                problem, error = str(exc), exc
+            last_failure = verdict.failure or last_failure
+            timeouts += verdict.silent
+            if timeouts > self.timeout_retries:  # a silent endpoint costs request_timeout_s a try: few tries
+                break
             if attempt < self.retries:
-                delay = self._delay(attempt, error)
-                if self.on_retry is not None:
-                    self.on_retry(f"{problem}; retrying in {delay:.0f} s (attempt {attempt + 2} of "
-                                  f"{self.retries + 1})")
+                delay = self.backoff.delay(attempt, verdict.after_s)
+                self._tell(f"{verdict.problem}; retrying in {delay:.0f} s (attempt {attempt + 2} of "
+                           f"{self.retries + 1})")
                 time.sleep(delay)
-        raise ModelUnavailable(f"{problem} (gave up after {attempts} attempt{'s' if attempts > 1 else ''})")
+        raise ModelUnavailable(f"{verdict.problem} (gave up after {attempt + 1} attempt{'s' if attempt else ''})")
+
+    def classify(self, error: Exception, *, model: str, options: dict, deadline_s: float, past_deadline: bool,
+                 last_failure: tuple[int, str] | None = None) -> "Retry | GiveUp":
+        """What one failed try means: give up (the request is at fault, or the endpoint cannot finish in time) or
+        try again (after the server's Retry-After, if it says one). `last_failure`: the (status, message) of the
+        last error answer before this one."""
+        import openai
+
+        where = self.endpoint.base_url or "the OpenAI API"
+        if isinstance(error, openai.APIStatusError):
+            return self._classify_status(error, model, options, last_failure)
+        if isinstance(error, (openai.APITimeoutError, Silent, PastDeadline)):
+            if past_deadline or isinstance(error, PastDeadline):  # a trickle would trickle again: not retried
+                return GiveUp(_past_deadline(where, deadline_s))
+            return Retry(f"the model endpoint {where} sent nothing for {self.request_timeout_s:g} s "
+                         f"(--request-timeout)", silent=True)
+        if isinstance(error, openai.APIConnectionError):  # nothing listens, the connection broke before an answer
+            if _tls_mismatch(error):  # https:// to a server that speaks plain http: retrying cannot help
+                return GiveUp("", ModelRejected(f"the endpoint {where} does not speak TLS (https): a local server "
+                                                f"usually wants http:// — set OPENAI_BASE_URL={_as_http(where)}"))
+            return Retry(_describe(error, where))
+        if isinstance(error, Dropped):
+            return Retry(f"the connection to the model endpoint {where} dropped mid-reply ({error})")
+        if isinstance(error, FailedMidReply):
+            return Retry(f"the model endpoint {where} failed mid-reply: {error}")
+        return Retry(str(error))  # BadResponse: a 200 whose body is not a completion (not JSON, not UTF-8, too large)
+
+    def _classify_status(self, error, model: str, options: dict, last_failure: tuple[int, str] | None
+                         ) -> "Retry | GiveUp":
+        where = self.endpoint.base_url or "the OpenAI API"
+        status = error.status_code
+        if status == 401:
+            return GiveUp("", ModelRejected(f"the endpoint {where} rejected the API key: set a valid OPENAI_API_KEY"))
+        if status == 404:
+            served = self.served_models()
+            if served and model not in served:
+                return GiveUp("", ModelRejected(
+                    f"the endpoint {where} does not serve model {model!r}; it serves: {', '.join(served[:20])}"
+                    f"{' …' if len(served) > 20 else ''} — give one with -m / MINIAGI_MODEL"))
+            return GiveUp("", ModelRejected(
+                f"the endpoint {where} does not know model {model!r} (or the URL is wrong): check --model / "
+                f"MINIAGI_MODEL and OPENAI_BASE_URL ({_error_text(error)}){_missing_v1(self.endpoint.base_url)}"))
+        if status == 403:
+            return GiveUp("", ModelRejected(f"the endpoint {where} refused access to {model!r}: {_error_text(error)}"))
+        if 300 <= status < 400:  # not followed: the key would go wherever the answer points
+            return GiveUp("", ModelRejected(
+                f"the endpoint {where} redirects to {error.response.headers.get('location', '?')} (HTTP {status}), "
+                f"which is not followed: set OPENAI_BASE_URL to the address meant"))
+        failure = (status, _error_text(error))
+        if status not in (408, 409, 429) and status < 500:
+            return GiveUp("", ModelError(f"the endpoint answered {status}: {failure[1]}"))
+        if status != 429 and failure == last_failure and names_the_request(failure[1], options):
+            # the chat template's "Conversation roles must alternate", a field it does not know: the request is at
+            # fault, and sending it a third time will not change the answer
+            return GiveUp("", ModelError(f"the endpoint answered {status} twice with the same error: {failure[1]}"))
+        return Retry(_describe(error, where), retry_after(error.response.headers), failure=failure)
 
     def _completion(self, reply: Reply, messages: list[Message], model: str, options: dict, cap: int,
                     started: float) -> Completion:
@@ -294,9 +308,25 @@ class OpenAIModel:
         completion = counter_for(model).count(text)
         return count_prompt_tokens(messages, model), completion if reply.past_cap else min(completion, cap)
 
-    def _delay(self, attempt: int, exc: Exception) -> float:
-        response = getattr(exc, "response", None)
-        return self.backoff.delay(attempt, retry_after(getattr(response, "headers", None)))
+
+
+@dataclass(frozen=True)
+class Retry:
+    """A failed try worth another: `problem` is told with the wait (and said if the tries run out)."""
+
+    problem: str
+    after_s: float | None = None  # the server's Retry-After
+    silent: bool = False  # nothing arrived for --request-timeout: each such try costs that long, so fewer are made
+    failure: tuple[int, str] | None = None  # (status, message): the same twice, naming the request, ends it
+
+
+@dataclass(frozen=True)
+class GiveUp:
+    """No further try: `error` is raised as it is (the request is at fault: another try cannot help), or with none
+    the endpoint is unavailable, and `problem` is said with the tries made."""
+
+    problem: str
+    error: ModelRejected | ModelError | None = None
 
 
 def _past_deadline(where: str, deadline_s: float) -> str:

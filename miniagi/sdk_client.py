@@ -9,12 +9,14 @@ reply); an error answer is read only as far as its message. The SDK's own retrie
 retry policy, miniagi's (retry.py, in endpoint.py), wraps each attempt.
 
 Importing the SDK takes ~0.4 s: `preload()` starts that import in a thread at the CLI's start, while the settings,
-the .env and the run's directory are being prepared.
+the .env and the run's directory are being prepared; `load_sdk()` imports it without the async transports it would
+load too when they are installed.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 import warnings
@@ -31,24 +33,48 @@ PAST_CAP_SLACK = 16  # chunks past max_tokens before a reply is taken to ignore 
 CHARS_PER_TOKEN_BOUND = 32  # a reply's text longer than its cap × this is past any tokenizer's cap
 BYTES_PER_TOKEN_BOUND = 1024  # a streamed chunk wraps each token in ~200 bytes of JSON
 
+# imported by the SDK's modules when installed, for async clients the sync one never uses: aiohttp (the SDK's
+# optional aiohttp transport; chromadb's kubernetes client installs it) and trio (httpcore2's locks under trio;
+# selenium installs it). Left out, the SDK's import takes ~0.1 s less CPU and ~11 MB less memory at every start.
+ASYNC_ONLY = ("aiohttp", "trio")
+
 _preloading: threading.Thread | None = None
+_loading = threading.Lock()
 
 
 def preload() -> None:
     """Start importing the SDK in a thread (once); the first request waits for it only if it has not finished."""
     global _preloading
     if _preloading is None:
-        _preloading = threading.Thread(target=_import_sdk, name="miniagi-import-openai", daemon=True)
+        _preloading = threading.Thread(target=_preload, name="miniagi-import-openai", daemon=True)
         _preloading.start()
 
 
-def _import_sdk() -> None:
+def _preload() -> None:
     try:
-        import openai  # noqa: F401
-        import openai.lib.streaming.chat  # noqa: F401
-        import openai.types.chat  # noqa: F401
+        load_sdk()
     except Exception:  # said by the import on the critical path, if it fails there too
         pass
+
+
+def load_sdk():
+    """The `openai` module, imported once with what the first request uses (its HTTP transport included), and none
+    of ASYNC_ONLY: while it imports, they read as not installed (a later import of them elsewhere works)."""
+    with _loading:
+        if "openai.lib.streaming" not in sys.modules:
+            blocked = [name for name in ASYNC_ONLY if name not in sys.modules]
+            sys.modules.update(dict.fromkeys(blocked))
+            try:
+                import httpcore2  # noqa: F401 (httpx2's transport, imported by the first client made)
+                import openai  # noqa: F401
+                import openai.lib.streaming  # noqa: F401
+            finally:
+                for name in blocked:
+                    if name in sys.modules and sys.modules[name] is None:
+                        del sys.modules[name]
+    import openai
+
+    return openai
 
 
 def request_deadline(request_timeout_s: float, cap: int) -> float:
@@ -217,8 +243,8 @@ class EndpointClient:
             return self._sdk
 
     def _make(self):
+        openai = load_sdk()
         import httpx2
-        import openai
 
         from . import __version__
 
@@ -262,20 +288,23 @@ class EndpointClient:
         """One chat completion request, its answer read as it arrives: a stream of events, or one JSON body (a
         server that does not stream). Raises the SDK's errors (a status, a connection that fails, a timeout), and
         Silent, PastDeadline, Dropped, FailedMidReply or BadResponse; stops once the reply runs past `cap`."""
-        import openai
-
+        openai = load_sdk()
         sdk = self.sdk
         self._calls.limits = limits
         try:
-            raw = sdk.chat.completions.with_raw_response.create(**body, timeout=timeout)
-            http = raw.http_response
+            # posted as the SDK's chat.completions.create posts it, less its pass over every message for fields to
+            # rename (a chat request has none; ~3 ms a call at 25 messages); its stream yields each chunk as sent,
+            # a dict (made into its pydantic types, a chunk cost ~40 µs more)
+            events = sdk.post("/chat/completions", body=body, cast_to=object, stream=True,
+                              stream_cls=openai.Stream[object], options={"timeout": timeout})
+            http = events.response
             try:
                 streamed = bool(body.get("stream"))
                 if streamed and "text/event-stream" in http.headers.get("content-type", ""):
-                    return _read_stream(raw.parse(), limits, cap, on_piece)
+                    return _read_stream(events, limits, cap, on_piece)
                 data = http.read()
                 if streamed and data.lstrip().startswith(b"data:"):  # events, though not said in the content type
-                    return _read_stream(raw.parse(), limits, cap, on_piece)
+                    return _read_stream(events, limits, cap, on_piece)
                 return _read_body(data, cap, on_piece)
             except (openai.APIConnectionError, openai.APITimeoutError) as exc:
                 if isinstance(exc, openai.APITimeoutError) and not limits.done:
@@ -309,32 +338,40 @@ class Reply:
 
 
 def _read_stream(stream, limits: Limits, cap: int, on_piece) -> Reply:
-    """The SDK's stream of chunks, put together by the SDK's own ChatCompletionStreamState."""
+    """The SDK's stream of chunks, each as the server sent it (a dict), the first choice's deltas put together by
+    the SDK's own accumulate_delta (what its ChatCompletionStreamState does, less a pydantic snapshot dumped and
+    rebuilt at every chunk) into the shape of a non-streamed completion, then read as one."""
     import openai
-    from openai.lib.streaming.chat import ChatCompletionStreamState
+    from openai.lib.streaming._deltas import accumulate_delta
 
-    # a field of an odd type that a server sent is read as nothing; pydantic would say so on the terminal
-    warnings.filterwarnings("ignore", message="Pydantic serializer warnings", category=UserWarning)
-    reply, state = Reply(streamed=True), ChatCompletionStreamState()
-    pieces = length = chunks = 0
+    reply = Reply(streamed=True)
+    completion: dict = {}
+    message: dict = {}
+    pieces = length = 0
     seen: dict[int, list] = {}  # a tool call's index → [its id, its name] as first sent
     try:
         for chunk in stream:
             now = time.monotonic()
             try:
-                _as_openai_chunk(chunk, seen)
-                state.handle_chunk(chunk)
-                chunks += 1
+                delta, finish_reason = _as_openai_chunk(chunk, seen)
+                if not completion:
+                    completion["model"] = chunk.get("model")
+                if chunk.get("usage") is not None:
+                    completion["usage"] = chunk["usage"]
+                if finish_reason:
+                    completion["finish_reason"] = finish_reason
+                if delta is not None:
+                    accumulate_delta(message, delta)
             except (TypeError, AttributeError, KeyError, IndexError, ValueError, AssertionError, RuntimeError) as exc:
                 raise BadResponse(f"the model endpoint sent a chunk that is not a chat completion chunk "
                                   f"({type(exc).__name__}: {str(exc)[:80]})") from None
-            timings = (chunk.model_extra or {}).get("timings")
-            if isinstance(timings, dict):
-                reply.timings = timings
-            text = "".join(_content(getattr(choice.delta, "content", None)) for choice in chunk.choices)
-            called = "".join(_call_arguments(choice.delta) for choice in chunk.choices)
-            thinking = any(_thinking(choice.delta) for choice in chunk.choices)
-            if text or called or thinking:
+            if isinstance(chunk.get("timings"), dict):
+                reply.timings = chunk["timings"]
+            if delta is None:
+                continue
+            text = _content(delta.get("content"))
+            called = _call_arguments(delta)
+            if text or called or _thinking(delta):
                 pieces += 1
                 reply.first_at = reply.first_at or now
                 length += len(text) + len(called)
@@ -356,10 +393,19 @@ def _read_stream(stream, limits: Limits, cap: int, on_piece) -> Reply:
     finally:
         stream.close()
     reply.done = limits.done
-    if not chunks:
+    if not completion:
         return reply
-    _take(reply, state.current_completion_snapshot)
+    _take(reply, _as_completion(completion, message))
     return reply
+
+
+def _as_completion(completion: dict, message: dict):
+    """What a stream put together, as the SDK's type of a non-streamed completion."""
+    from openai.types.chat import ChatCompletion
+
+    choice = {"index": 0, "finish_reason": completion.get("finish_reason"), "message": message}
+    return ChatCompletion.construct(model=completion.get("model"), usage=completion.get("usage"),
+                                    choices=[choice] if message or choice["finish_reason"] else [])
 
 
 def _read_body(data: bytes, cap: int, on_piece) -> Reply:
@@ -387,6 +433,8 @@ def _read_body(data: bytes, cap: int, on_piece) -> Reply:
 def _take(reply: Reply, completion) -> None:
     """The first choice of a completion (the SDK's type) as a Reply; odd shapes a server sends read as nothing."""
     reply.model = completion.model if isinstance(completion.model, str) else None
+    # a field of an odd type that a server sent is read as nothing; pydantic would say so on the terminal
+    warnings.filterwarnings("ignore", message="Pydantic serializer warnings", category=UserWarning)
     usage = completion.usage
     reply.usage = usage.to_dict() if hasattr(usage, "to_dict") else usage if isinstance(usage, dict) else None
     choices = completion.choices if isinstance(completion.choices, list) else []
@@ -408,62 +456,64 @@ def _take(reply: Reply, completion) -> None:
                             name if isinstance(name, str) else "", arguments or ""))
 
 
-def _as_openai_chunk(chunk, seen: dict[int, list]) -> None:
-    """A chunk as OpenAI sends it, for the SDK to put together: its first choice alone, with a delta (some servers
-    send a last choice with only its finish_reason), the text a string (some send a list of parts)."""
-    from openai.types.chat.chat_completion_chunk import ChoiceDelta
-
-    if not hasattr(chunk, "choices"):
+def _as_openai_chunk(chunk, seen: dict[int, list]) -> tuple[dict | None, str | None]:
+    """A chunk's first choice as OpenAI sends it, for the SDK's accumulate_delta: (its delta, its finish_reason),
+    or (None, None) when the chunk has no first choice. Some servers send a last choice with only its
+    finish_reason (no delta), the text as a list of parts, other choices beside the first."""
+    if not isinstance(chunk, dict):
         raise TypeError(f"a chunk that is {type(chunk).__name__}")
-    choices = chunk.choices if isinstance(chunk.choices, list) else []
-    chunk.choices = [c for c in choices if hasattr(c, "index") and c.index in (0, None)]
-    for choice in chunk.choices:
-        choice.index = 0
-        if not isinstance(getattr(choice, "delta", None), ChoiceDelta):
-            choice.delta = ChoiceDelta()
-        if choice.delta.content is not None and not isinstance(choice.delta.content, str):
-            choice.delta.content = _content(choice.delta.content)
-        _as_openai_sends(choice.delta, seen)
+    choices = chunk.get("choices")
+    choice = next((c for c in choices if isinstance(c, dict) and c.get("index", 0) in (0, None)), None) \
+        if isinstance(choices, list) else None
+    if choice is None:
+        return None, None
+    delta = choice.get("delta")
+    if not isinstance(delta, dict):
+        delta = {}
+    if delta.get("content") is not None and not isinstance(delta["content"], str):
+        delta["content"] = _content(delta["content"])
+    _as_openai_sends(delta, seen)
+    finish_reason = choice.get("finish_reason")
+    return delta, finish_reason if isinstance(finish_reason, str) else None
 
 
-def _as_openai_sends(delta, seen: dict[int, list]) -> None:
+def _as_openai_sends(delta: dict, seen: dict[int, list]) -> None:
     """A chunk's tool-call pieces as OpenAI sends them, for the SDK to put together: each with its index (its
     position when a server leaves it out), the id and the name once (some servers repeat them in every piece), the
     arguments as text (some send the object itself)."""
-    calls = getattr(delta, "tool_calls", None)
+    calls = delta.get("tool_calls")
     if not isinstance(calls, list):
-        if calls is not None:
-            delta.tool_calls = None
+        delta.pop("tool_calls", None)
         return
     for position, call in enumerate(calls):
-        if not isinstance(call.index, int):
-            call.index = position
-        function = call.function
-        if function is None:
+        if not isinstance(call, dict):
+            raise TypeError(f"a tool call that is {type(call).__name__}")
+        if not isinstance(call.get("index"), int) or isinstance(call["index"], bool):
+            call["index"] = position
+        function = call.get("function")
+        if not isinstance(function, dict):
+            call.pop("function", None)
             continue
-        if function.arguments is not None and not isinstance(function.arguments, str):
-            function.arguments = json.dumps(function.arguments, ensure_ascii=False)
-        if not isinstance(call.id, str):
-            call.id = None
-        if not isinstance(function.name, str):
-            function.name = None
-        first = seen.setdefault(call.index, [None, None])
-        if first[0] and call.id:
-            call.id = None
-        first[0] = first[0] or call.id
-        if first[1] and function.name == first[1]:
-            function.name = None
-        first[1] = first[1] or function.name
+        call["type"] = "function"  # what OpenAI sends, and what tells the SDK's types which call this is
+        arguments = function.get("arguments")
+        if arguments is not None and not isinstance(arguments, str):
+            function["arguments"] = json.dumps(arguments, ensure_ascii=False)
+        if not isinstance(call.get("id"), str):
+            call.pop("id", None)
+        if not isinstance(function.get("name"), str):
+            function.pop("name", None)
+        first = seen.setdefault(call["index"], [None, None])
+        if first[0] and call.get("id"):
+            del call["id"]
+        first[0] = first[0] or call.get("id")
+        if first[1] and function.get("name") == first[1]:
+            del function["name"]
+        first[1] = first[1] or function.get("name")
 
 
-def _call_arguments(delta) -> str:
+def _call_arguments(delta: dict) -> str:
     """What a chunk adds to the reply's tool calls: their argument pieces."""
-    said = ""
-    calls = getattr(delta, "tool_calls", None)
-    for call in calls if isinstance(calls, list) else ():
-        arguments = getattr(getattr(call, "function", None), "arguments", None)
-        said += arguments if isinstance(arguments, str) else json.dumps(arguments) if arguments else ""
-    return said
+    return "".join((call.get("function") or {}).get("arguments") or "" for call in delta.get("tool_calls") or ())
 
 
 class CallPiece(str):
@@ -477,9 +527,8 @@ class CallPiece(str):
         return piece
 
 
-def _thinking(delta) -> bool:
-    extra = getattr(delta, "model_extra", None) or {}
-    return any(isinstance(extra.get(name), str) and extra[name] for name in ("reasoning_content", "reasoning"))
+def _thinking(delta: dict) -> bool:
+    return any(isinstance(delta.get(name), str) and delta[name] for name in ("reasoning_content", "reasoning"))
 
 
 def _json_body(data: bytes) -> dict:

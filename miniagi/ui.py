@@ -19,7 +19,6 @@ from rich.live import Live
 from rich.markup import escape
 from rich.panel import Panel
 from rich.spinner import Spinner
-from rich.syntax import Syntax
 from rich.text import Text
 
 from . import events as ev
@@ -319,6 +318,8 @@ class Terminal:
     def approve(self, command: str, arg: str) -> Approval:
         """Ask the person before running code. Enter, y, yes, ok, sure run it; n or no refuses; anything else is
         feedback for the agent."""
+        from rich.syntax import Syntax  # with pygments: ~2 MB and ~15 ms that a run never asking first goes without
+
         lexer = "python" if command == "execute_python" else "bash"
         # every character of the code, long lines wrapped (never cropped), even when stderr is not a terminal
         self.console.print(Panel(Syntax(self.shown(arg), lexer, word_wrap=True), title=command,

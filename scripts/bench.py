@@ -2,6 +2,7 @@
 
     python scripts/bench.py            # the full set (a few minutes: it fills a 100k-item memory)
     python scripts/bench.py --quick    # smaller sizes, for a quick look
+    python scripts/bench.py --loop     # only the 30-step run with memory off (the loop's own time)
 
 The model is a scripted OpenAI-compatible server on 127.0.0.1 answering instantly, through the real openai
 client; commands really run; memory is the real chromadb with the real embedder. Figures are printed, never
@@ -25,6 +26,8 @@ from pathlib import Path
 from benchlib import ROOT, TOPICS, fill_store, run_agent
 
 TARGETS = {
+    "loop": "≤ +0.5 s",
+    "step": "≤ 5 ms",
     "overhead": "≤ 10 ms median, ≤ 2× growth from step 10 to step 500",
     "calls": "≤ 1.25",
     "largest": "≤ 100 %",
@@ -96,6 +99,47 @@ def child_run(steps: int, budget: int) -> None:
     print(json.dumps({"steps": run.result.steps, "status": run.result.status, "peak_rss_mb": peak / 1024}))
 
 
+def child_loop(steps: int, budget: int) -> None:
+    """A run with memory off in a fresh process (its model in another), as `miniagi` runs one: the process's CPU
+    time from its start (the SDK's import included), and the loop's time per step."""
+    import resource
+
+    with tempfile.TemporaryDirectory() as tmp:
+        run = run_agent(steps, budget, Path(tmp), memory_scope="off")
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    print(json.dumps({"steps": run.result.steps, "status": run.result.status, "cpu_s": usage.ru_utime + usage.ru_stime,
+                      "peak_rss_mb": usage.ru_maxrss / 1024, "overheads": run.overheads, "step_cpu": run.step_cpu_s,
+                      "call_cpu": run.model_call_cpu_s}))
+
+
+def bench_loop(steps: int, budget: int, runs: int) -> dict:
+    """`runs` runs of `steps` steps with memory off, each in a fresh process; and the SDK's own import, measured
+    the same way, to say what the run costs beyond it."""
+    from bench_startup import compiled, sdk_import
+
+    compiled(ROOT)  # no run compiles miniagi's modules (PYTHONDONTWRITEBYTECODE or not), as when installed
+    sdk_s = sdk_import(runs)
+    reports = []
+    for _ in range(runs):
+        out = subprocess.run([sys.executable, __file__, "--child-loop", str(steps), "--budget", str(budget)],
+                             capture_output=True, text=True, cwd=ROOT, check=True).stdout
+        reports.append(json.loads(out.strip().splitlines()[-1]))
+    cpus = sorted(report["cpu_s"] for report in reports)
+    pooled = {key: [value for report in reports for value in report[key]]
+              for key in ("overheads", "step_cpu", "call_cpu")}
+    figures = {"cpu": statistics.median(cpus), "beyond": statistics.median(cpus) - sdk_s,
+               "step_wall": median_ms(pooled["overheads"]), "step_cpu": median_ms(pooled["step_cpu"]),
+               "call_cpu": median_ms(pooled["call_cpu"])}
+    print(f"   whole run, CPU time of the process: median {figures['cpu']:.2f} s (min {cpus[0]:.2f}, max "
+          f"{cpus[-1]:.2f}; {runs} runs, {reports[0]['steps']} steps, {reports[0]['status']}), "
+          f"{figures['beyond']:+.2f} s beyond the SDK's import; peak RSS "
+          f"{statistics.median(r['peak_rss_mb'] for r in reports):.0f} MB")
+    print(f"   a step's own time (the loop, model calls taken out): median {figures['step_wall']:.2f} ms wall, "
+          f"{figures['step_cpu']:.2f} ms CPU of the loop's thread · one model call, the client's side: median "
+          f"{figures['call_cpu']:.2f} ms CPU")
+    return figures
+
+
 def peak_rss_of_run(steps: int, budget: int) -> tuple[float, dict]:
     out = subprocess.run([sys.executable, __file__, "--child-run", str(steps), "--budget", str(budget)],
                          capture_output=True, text=True, cwd=ROOT, check=True).stdout
@@ -107,10 +151,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="10k memories, 200-step long run")
     parser.add_argument("--budget", type=int, default=8000)
+    parser.add_argument("--loop", action="store_true", help="only the 30-step run with memory off")
+    parser.add_argument("--loop-runs", type=int, default=5, help="runs of the 30-step run with memory off")
     parser.add_argument("--child-run", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--child-loop", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child_run:
         child_run(args.child_run, args.budget)
+        return
+    if args.child_loop:
+        child_loop(args.child_loop, args.budget)
+        return
+    if args.loop:
+        print(f"== 30-step run, memory off, each in a fresh process ({args.loop_runs} runs)")
+        bench_loop(30, args.budget, args.loop_runs)
         return
     memories = 10_000 if args.quick else 100_000
     long_steps = 200 if args.quick else 500
@@ -123,6 +177,9 @@ def main() -> None:
     print("== execute_python round trip, print(1), warm worker")
     figures["exec"] = bench_exec()
     print(f"   {ms(figures['exec'])} median")
+
+    print(f"== 30-step run, memory off, each in a fresh process ({args.loop_runs} runs)")
+    figures["loop"] = bench_loop(30, args.budget, args.loop_runs)
 
     print("== 100-step and 300-step runs (memory on, fresh store)")
     with tempfile.TemporaryDirectory() as tmp:
@@ -168,6 +225,10 @@ def main() -> None:
     print(f"   {rss:.0f} MB ({child['steps']} steps, {child['status']})")
 
     print("\n== summary (target in brackets)")
+    loop = figures["loop"]
+    print(f"30 steps, memory off: CPU {loop['cpu']:.2f} s, {loop['beyond']:+.2f} s beyond the SDK's import "
+          f"({TARGETS['loop']}); a step's own time {loop['step_wall']:.2f} ms wall / {loop['step_cpu']:.2f} ms CPU "
+          f"({TARGETS['step']})")
     early_ms, late_ms = figures["overhead"]
     print(f"agent overhead per step, step 10 / step {long_steps}: {early_ms:.1f} / {late_ms:.1f} ms "
           f"({TARGETS['overhead']})")

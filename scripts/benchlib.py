@@ -75,13 +75,25 @@ class TimedModel:
         self.model = model
         self.calls: list[tuple[float, float, str, int]] = []  # (start, duration, role, thread)
         self.waits: list[tuple[float, float, int]] = []  # (start, duration, thread): a summary waited for
+        self.cpu: list[tuple[float, float, str, int]] = []  # (the thread's CPU time at the start, CPU used, …)
 
     def complete(self, messages, *, model, role="agent", **options):
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.thread_time()
         try:
             return self.model.complete(messages, model=model, role=role, **options)
         finally:
             self.calls.append((started, time.perf_counter() - started, role, threading.get_ident()))
+            self.cpu.append((cpu, time.thread_time() - cpu, role, threading.get_ident()))
+
+    def step_cpu(self) -> list[float]:
+        """Per agent step: the CPU time the loop's thread used from one agent call to the next, less what it used
+        inside model calls (the client's side of a call: building the request, reading the reply). CPU time hardly
+        changes with what else a shared machine is doing; the loop's waits (for a summary, a lookup) use none."""
+        agent = [call for call in self.cpu if call[2] == "agent"]
+        loop = agent[0][3] if agent else None
+        return [following[0] - this[0] - sum(used for start, used, _, thread in self.cpu
+                                             if thread == loop and this[0] <= start < following[0])
+                for this, following in zip(agent, agent[1:])]
 
     @contextmanager
     def waits_for_summaries(self) -> Iterator[None]:
@@ -143,6 +155,8 @@ class AgentRun:
     elapsed: float
     overheads: list[float] = field(default_factory=list)
     model_call_s: list[float] = field(default_factory=list)
+    step_cpu_s: list[float] = field(default_factory=list)  # the loop's own CPU per step (TimedModel.step_cpu)
+    model_call_cpu_s: list[float] = field(default_factory=list)  # the client's CPU per agent call
 
 
 def _serve(steps: int, connection) -> None:
@@ -189,7 +203,8 @@ def run_agent(steps: int, budget: int, home: Path, memory_scope: str = "global")
         sizes, roles = ours.recv()
     finally:
         server.join(timeout=10)
-    return AgentRun(result, sizes, roles, elapsed, model.step_overheads(), [c[1] for c in model.calls])
+    return AgentRun(result, sizes, roles, elapsed, model.step_overheads(), [c[1] for c in model.calls],
+                    model.step_cpu(), [c[1] for c in model.cpu if c[2] == "agent"])
 
 
 def recycled_embedder(base):
