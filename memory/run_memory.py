@@ -23,13 +23,16 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Callable
 
+from .archive import Archive
 from .condense import split_by_tokens, words_for
 from .context import (NOTE_COMMAND, Context, ContextBuilder, Note, StepRecord, Summary, fence_untrusted, head_notes,
                       message_text)
 from .excerpt import GAP, collapse_repeats, excerpt, novelty, prepare_excerpt, same_note, terms_of_lines, units
+from .recall import Recaller
 from .store import Hit, MemoryItem, VectorMemory
 from .tokens import TokenCounter
 
+RECALL_COMMAND = "recall"
 FOLD_KEEP = 0.3  # of the room for steps: the newest steps that stay in view, verbatim, when older ones leave
 NOVELTY = 0.15  # of a memory's words, at least, that the prompt does not show already, for it to be recalled
 NOTES_KEEP = 0.6  # of the notes' share: the newest notes that stay whole when the oldest go into the digest
@@ -147,10 +150,12 @@ class Cancelled(Exception):
 class RunMemory:
     def __init__(self, *, builder: ContextBuilder, summarizer_counter: TokenCounter, ask_summarizer: Ask,
                  store: VectorMemory | None, scope: str, run_id: str, objective: str = "", workdir: str = "",
-                 code_commands: frozenset[str] = frozenset(), background: str = "", state=None):
+                 code_commands: frozenset[str] = frozenset(), background: str = "", state=None,
+                 archive: Archive | None = None, runs_root=None):
         """`state`: the run's state, which owns the objective, the background and the summary (the memory reads
         them there, and the run records a new summary, which `context` returns, as an event). Without it the memory
-        holds them itself (`objective`, `background`)."""
+        holds them itself (`objective`, `background`). `archive`: where everything the run sees is kept whole, for
+        the recall command (`runs_root`: the folder of every run's folder, for earlier runs' archives)."""
         self.builder = builder
         self.counter = builder.counter
         self.summarizer_counter = summarizer_counter
@@ -181,7 +186,9 @@ class RunMemory:
         self._objective_hits: list[Hit] | None = None
         self._objective_hits_at = 0
         self._recalled_at = 0  # steps the last recall saw
-        self.failure = ""  # why vector memory was turned off mid-run, for the agent to report
+        self.failure = ""  # why vector memory or the archive was turned off mid-run, for the agent to report
+        self.archive = archive
+        self.runs_root = runs_root
 
     @property
     def objective(self) -> str:
@@ -233,6 +240,8 @@ class RunMemory:
             context = self._finish(system, steps, layout, next_step, alerts, advice, squeezed)
         finally:
             folded, self._folding = self._folding, None
+        if folded is not None:
+            self.archive_items([self.item("summary", folded.text, folded.through_step)])
         if folded is not None and self._holds_state:
             self.state.summary = folded
         # a step shown cut in the last prompt and not in this one: this prompt does not extend it either
@@ -538,7 +547,7 @@ class RunMemory:
             return self._recall_from_store(steps, room, shown)
         except Exception as exc:  # a memory that fails (a server gone) must not end the run: go on without it
             self.store = None
-            self.failure = f"{type(exc).__name__}: {exc}"
+            self.failure = f"vector memory disabled for this run: {type(exc).__name__}: {exc}"
             return []
 
     @property
@@ -740,9 +749,35 @@ class RunMemory:
 
     # --- storing ------------------------------------------------------------------------------------------------
     def remember(self, *items: MemoryItem) -> None:
-        """Store items in the background (see VectorMemory.add_later)."""
+        """Keep items in the archive, whole, at once, and store them for recall by meaning in the background (see
+        VectorMemory.add_later)."""
+        self.archive_items(items)
         if self.store is not None:
             self.store.add_later(items)
+
+    def archive_items(self, items) -> None:
+        """Items kept whole in the run's archive (an archive that fails, a full disk, is reported and given up: the
+        run goes on)."""
+        if self.archive is None:
+            return
+        try:
+            self.archive.add((item.id, item.kind, item.step, item.text, item.source) for item in items)
+        except Exception as exc:
+            self.archive = None
+            self.failure = f"the run's archive (recall) disabled for this run: {type(exc).__name__}: {exc}"
+
+    def forget_document(self, source: str) -> None:
+        if self.archive is not None:
+            self.archive.forget(source)
+
+    def recall(self, query: str, room: int) -> str:
+        """The recall command: what the archive (by words) and the vector store (by meaning) hold for `query`."""
+        if self.archive is None:
+            return "recall is unavailable: this run's archive could not be written."
+        embedder = self.store.embedder if self.store is not None else None
+        return Recaller(self.archive, self.store, scope=self.scope, workdir=self.workdir, runs_root=self.runs_root,
+                        counter=self.counter, where=self.recall_filter,
+                        relevant_distance=getattr(embedder, "relevant_distance", 2.0)).answer(query, room)
 
     def flush(self) -> None:
         if self.store is not None:
@@ -751,6 +786,8 @@ class RunMemory:
     def finish(self, wait: bool = True) -> None:
         """The end of a run: its memories stored, or (not `wait`) journaled while the store is still loading (see
         VectorMemory.finish)."""
+        if self.archive is not None:
+            self.archive.close()
         if self.store is not None and wait:
             self.store.flush()
         elif self.store is not None:
@@ -758,8 +795,9 @@ class RunMemory:
 
     def step_items(self, record: StepRecord) -> list[MemoryItem]:
         """What a step leaves in the store: the step, except a memorize_thoughts step, whose note is stored as a
-        note (recalling the step too would show the note twice beside YOUR NOTES)."""
-        if record.command == NOTE_COMMAND:
+        note (recalling the step too would show the note twice beside YOUR NOTES), and a recall step (what it showed
+        is stored already, where it came from: stored again, a later recall would find copies)."""
+        if record.command in (NOTE_COMMAND, RECALL_COMMAND):  # what recall showed is kept where it came from
             return []
         text = (f"Thought: {record.thought}\nCommand: {record.command} {record.arg}\nResult:\n{record.observation}"
                 if record.command else f"Malformed reply: {record.raw_reply}\n{record.observation}")
