@@ -21,14 +21,14 @@ from .excerpt import STOPWORDS, units
 
 FILE_NAME = "archive.sqlite"
 NEAR_WORDS = 6  # words apart, at most, for the query's words to count as said together ("the key of locker 4")
-FACT_WORDS = 24  # at most, in a line that states a fact (a longer line is prose, not a statement of one value)
+FACT_WORDS = 16  # at most, in a line that states a fact (a longer line is prose, not a statement of one value)
 # words that say a value changed, not what the subject is
 CHANGE_WORDS = frozenset("now new newer changed change updated update set reset became becomes is are was were "
                          "equals equal currently current latest from".split())
 # words that say a line replaces an earlier value
 CHANGE_CUES = frozenset("now changed updated new newer longer instead became becomes reset moved renamed corrected "
                         "replaced replaces".split())
-FLAG_VALUES = frozenset("on off true false yes no enabled disabled open closed locked unlocked".split())
+FLAG_VALUES = frozenset("on off true false enabled disabled locked unlocked".split())
 TOKEN = re.compile(r"[^\s,;:()\[\]{}<>\"'`=]+")
 QUERY_WORD = re.compile(r"[\w][\w.\-/]*[\w]|\w", re.UNICODE)
 
@@ -201,7 +201,7 @@ CREATE TABLE IF NOT EXISTS facts (subject TEXT, head TEXT, value TEXT, id TEXT, 
 CREATE INDEX IF NOT EXISTS facts_subject ON facts (subject, head);
 CREATE INDEX IF NOT EXISTS facts_id ON facts (id);
 """
-FACT_KINDS = frozenset({"step", "note"})  # what states facts a later step may replace (not a summary: it restates)
+FACT_KINDS = frozenset({"step", "note", "summary"})  # what states facts a later step may replace
 RESULT_MARK = "\nResult:\n"  # in a step's text: what follows is its output
 # lines every run prints again and again with another value: not a fact a later step replaces
 FRAMING = frozenset({"exit code", "exited code", "killed signal exit code", "noted memory"})
@@ -242,7 +242,7 @@ def _line_coverage(text: str, wanted: list[tuple[str, ...]]) -> int:
     return best
 
 
-def _is_value(token: str) -> bool:
+def is_value(token: str) -> bool:
     """A value rather than a subject's word: holds a digit, is a code in capitals (RED, BLUE-2, ON), or a flag."""
     bare = token.strip(".!?")
     if not bare:
@@ -262,8 +262,8 @@ def facts(text: str) -> list[tuple[str, str, str, str]]:
         tokens = TOKEN.findall(unit)
         if not tokens or len(tokens) > FACT_WORDS:
             continue
-        values = [t.strip(".!?") for t in tokens if _is_value(t)]
-        subject = [t.lower().strip(".!?") for t in tokens if not _is_value(t)]
+        values = [t.strip(".!?") for t in tokens if is_value(t)]
+        subject = [t.lower().strip(".!?") for t in tokens if not is_value(t)]
         subject = [w for w in subject if w and w not in STOPWORDS and w not in CHANGE_WORDS and w.isalpha()]
         if not values or not subject or " ".join(subject) in FRAMING:
             continue

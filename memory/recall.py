@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .archive import Archive, Archived, earlier_archives
+from .archive import Archive, Archived, is_value, earlier_archives
 from .context import fence_untrusted
-from .excerpt import excerpt
+from .excerpt import LABELS, excerpt, terms, units
 
 if TYPE_CHECKING:
     from .store import VectorMemory
@@ -50,6 +50,24 @@ def label(item: Archived, run: str) -> str:
     if item.superseded_by:
         where += f", superseded by step {item.superseded_by}"
     return where
+
+
+def adds_to(text: str, known: set[str], shown: str) -> bool:
+    """Whether a recalled text adds to the prompt (`known`: its words; `shown`: its text, blanks collapsed): one of
+    its lines that states values (numbers, codes) is not in the prompt already, whole or by all its words; a text
+    that states none, when some of its lines' words are new (what `novelty` weighs, line by line)."""
+    stating, other_new = [], False
+    for unit in units(text):
+        found = terms(unit) - LABELS
+        if not found or unit.startswith(("Thought:", "Command:")):  # a step's own lines: what it did, not found
+            continue
+        if any(is_value(token) for token in unit.split()):
+            stating.append((unit, found))
+        elif found - known:
+            other_new = True
+    if not stating:
+        return other_new
+    return any(" ".join(unit.split()) not in shown and not found <= known for unit, found in stating)
 
 
 class Recaller:

@@ -21,15 +21,17 @@ import queue
 import threading
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import Callable
 
-from .archive import Archive
+from .archive import Archive, archive_path
 from .condense import split_by_tokens, words_for
 from .context import (NOTE_COMMAND, Context, ContextBuilder, Note, StepRecord, Summary, fence_untrusted, head_notes,
                       message_text)
-from .excerpt import GAP, collapse_repeats, excerpt, novelty, prepare_excerpt, same_note, terms_of_lines, units
-from .recall import Recaller
-from .store import Hit, MemoryItem, VectorMemory
+from .excerpt import (GAP, collapse_repeats, excerpt, novelty, prepare_excerpt, same_note, terms, terms_of_lines,
+                      units)
+from .recall import Recaller, adds_to
+from .store import RUN_NAME, Hit, MemoryItem, VectorMemory
 from .tokens import TokenCounter
 
 RECALL_COMMAND = "recall"
@@ -38,6 +40,7 @@ NOVELTY = 0.15  # of a memory's words, at least, that the prompt does not show a
 NOTES_KEEP = 0.6  # of the notes' share: the newest notes that stay whole when the oldest go into the digest
 RECALL_RESERVE = 0.5  # of the recall share: kept free for recall when deciding whether steps must leave
 RECALL_CANDIDATES = 8
+RECENT = 3  # requests: an item recalled in one of the last this many is not recalled again
 RECALL_ITEM_TOKENS = 200  # at most, for one recalled memory
 MIN_ITEM_TOKENS = 30  # less is no use
 OBJECTIVE_REFRESH = 8  # steps between lookups of what is near the objective
@@ -189,6 +192,9 @@ class RunMemory:
         self.failure = ""  # why vector memory or the archive was turned off mid-run, for the agent to report
         self.archive = archive
         self.runs_root = runs_root
+        self._requests = 0  # prompts recall was asked for
+        self._shown: dict[str, tuple[int, frozenset]] = {}  # recalled item → the request that last showed it, and
+        # the words of the question that found it then
 
     @property
     def objective(self) -> str:
@@ -587,15 +593,17 @@ class RunMemory:
             self._objective_hits_at = len(steps)
             standing = wanted(self._objective_hits)
         self._recalled_at = len(steps)
-        hits, query = standing, self.objective
+        hits, query, known, asked = standing, self.objective, set(), frozenset()
         if latest:  # and near what the agent is doing now (a short query: embedding time grows with length)
             if near is None:
                 vector = self.store.embed_one(now) if vector is None else vector
                 near = self.store.search_by([vector], RECALL_CANDIDATES, where, self._item_in_view)
-            known = {hit.id for hit in near}
+            known, asked = {hit.id for hit in near}, frozenset(terms(now))
             hits = sorted(wanted(near) + [hit for hit in hits if hit.id not in known], key=lambda hit: hit.distance)
             query = f"{now}\n{self.objective}"
         later = [(s.step, note) for s in steps for note in s.notes]  # this run's notes
+        self._requests += 1
+        replaced = self._superseded(hits)
         chosen: list[Recalled] = []
         for hit in hits:
             if hit.kind == "note" and (
@@ -604,20 +612,59 @@ class RunMemory:
                     or (hit.run == self.run_id and any(step > hit.step and same_note(text, hit.text)
                                                        for step, text in later))):
                 continue  # a newer version of this note is at hand, or in the prompt: it wins
-            label = self._label(hit)
+            if hit.run == self.run_id and hit.id in replaced:
+                continue  # a later step of this run replaced a fact it states: the newer is in view or recalled
+            if self._shown_lately(hit.id, asked if hit.id in known else frozenset()):
+                continue  # shown in one of the last few requests, for much the same question
+            label = self._label(hit) + (f", superseded by step {replaced[hit.id]}" if hit.id in replaced else "")
             share = min(room if not chosen else room // 2, RECALL_ITEM_TOKENS) - self._label_tokens(label)
             if share < MIN_ITEM_TOKENS:
                 break
             text = excerpt(hit.text, query, self.counter, share, words)
-            if not text:
-                continue
+            if not text or not adds_to(text, words, flat):
+                continue  # what it would show the prompt holds already (in view, in the summary or the notes)
             # the label's and the text's counts, both known already (the prompt is counted whole at the end)
             cost = self._label_tokens(label) + self.counter.count(text) + 1
             if cost > room:
                 continue
             chosen.append(Recalled(hit.id, label, text))
+            self._shown[hit.id] = (self._requests, asked if hit.id in known else frozenset())
             room -= cost
         return chosen
+
+    def _shown_lately(self, item: str, asked: frozenset) -> bool:
+        """Whether recall showed the item in one of the last RECENT requests, for much the same question (`asked`:
+        the words of what the agent does now, when that found it; empty when only the objective did). An item that
+        a new question finds is shown again: the tail that showed it is gone from the prompt."""
+        if item not in self._shown:
+            return False
+        request, before = self._shown[item]
+        if self._requests - request > RECENT:
+            return False
+        return not asked or len(asked & before) * 2 >= len(asked | before)
+
+    def _superseded(self, hits: list[Hit]) -> dict[str, int]:
+        """Of the hits, those a later step replaced (a fact they state), by this run's archive or their own run's."""
+        found: dict[str, int] = {}
+        by_run: dict[str, list[str]] = {}
+        for hit in hits:
+            if hit.kind != "document":
+                by_run.setdefault(hit.run, []).append(hit.id)
+        for run, ids in by_run.items():
+            archive = self.archive if run == self.run_id else self._earlier_archive(run)
+            if archive is None:
+                continue
+            try:
+                found.update(archive.superseded(ids))
+            except Exception:  # an earlier run's archive unreadable: its items go unlabelled, as before archives
+                continue
+        return found
+
+    def _earlier_archive(self, run: str) -> Archive | None:
+        if self.runs_root is None or not RUN_NAME.fullmatch(run):
+            return None
+        path = archive_path(Path(self.runs_root) / run)
+        return Archive(path, run, read_only=True) if path.is_file() else None
 
     def _label_tokens(self, label: str) -> int:
         """What a recalled memory's label takes (the counter keeps it: the same labels come back step after step)."""
@@ -742,10 +789,13 @@ class RunMemory:
                 or (item.kind == "note" and item.step > notes_through))
 
     def _label(self, hit: Hit) -> str:
-        where = "this run" if hit.run == self.run_id else f"run {hit.run}"
+        """`step N` (with its kind, when not a step's output), after its run for an earlier run's item."""
         if hit.kind == "document":
             return f"document {hit.metadata.get('source', '')}"
-        return f"{where}, step {hit.step}" if hit.kind == "step" else f"{where}, {hit.kind}"
+        where = "" if hit.run == self.run_id else f"run {hit.run}, "
+        if hit.kind == "objective":
+            return f"{where}objective"
+        return f"{where}step {hit.step}" + ("" if hit.kind == "step" else f", {hit.kind}")
 
     # --- storing ------------------------------------------------------------------------------------------------
     def remember(self, *items: MemoryItem) -> None:

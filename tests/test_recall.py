@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from memory.archive import Archive, facts
 from memory.budget import Budget
-from memory.context import ContextBuilder, StepRecord
+from memory.context import ContextBuilder, StepRecord, message_text
 from memory.run_memory import RunMemory
 from memory.tokens import counter_for
 from miniagi import Agent, OpenAIModel, Settings
@@ -143,3 +143,81 @@ def test_any_fact_printed_at_any_step_is_returned_whole_by_recall(tmp_path_facto
         shown = memory.recall(query, 1500)
         # whole, or (an item bigger than the room) the part around the fact, saying so
         assert re.search(rf"\[step {asked}(\]|; too long to show whole here)", shown) and fact in shown
+
+
+# --- automatic recall earns its room: on generated runs with values that change -------------------------------
+class WordsEmbedder:
+    """A tiny deterministic embedder (simonw/llm's tests have one): a bag of hashed words. Every item is near
+    enough to be weighed (no relevance cut-off), so what keeps an item out is the recall's own rules."""
+
+    name = "test-words"
+
+    def embed(self, texts):
+        import zlib
+
+        import numpy as np
+
+        vectors = np.zeros((len(texts), 64), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for word in re.findall(r"\w+", text.lower()):
+                vectors[row, zlib.crc32(word.encode()) % 64] += 1.0
+            vectors[row, 63] += 0.01  # never all zero
+        return vectors
+
+
+SUBJECTS = ["door code", "vault code", "backup host", "doubling", "pump limit"]
+VALUES = ["RED-1", "BLUE-2", "GREEN-3", "ON", "OFF", "4259", "7731", "kiwi-17"]
+FACT_LINE = re.compile(r"^The (?:door code|vault code|backup host|doubling|pump limit) is (?:now )?\S+\.$", re.M)
+
+
+def changing_step(number: int, kind: str, subject: str, value: str, filler: int) -> StepRecord:
+    if kind == "note":
+        text = f"{subject} {value}"
+        return StepRecord(number, "keep it", "memorize_thoughts", text, "Noted.", notes=(text,))
+    verb = "is now" if kind == "update" else "is"
+    lines = [f"Routine entry {i}: nothing of note in part {number}." for i in range(filler)]
+    lines.insert(len(lines) // 2, f"The {subject} {verb} {value}.")
+    return StepRecord(number, f"read part {number}", "execute_shell", f"cat part{number}.txt", "\n".join(lines))
+
+
+changing_runs = st.lists(st.tuples(st.sampled_from(["fact", "update", "note"]), st.sampled_from(SUBJECTS),
+                                   st.sampled_from(VALUES), st.integers(0, 60)), min_size=2, max_size=25)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                 HealthCheck.too_slow])
+@given(shape=changing_runs, budget=st.integers(2000, 5000), summary_keeps=st.booleans())
+def test_recalled_items_carry_their_step_never_repeat_the_prompt_and_never_pass_a_replacement_unlabelled(
+        tmp_path_factory, shape, budget, summary_keeps):
+    from memory.store import VectorMemory
+    from miniagi.prompts import system_prompt
+
+    def summarize(prompt: str) -> str:  # faithful to the facts it is shown, or keeping none (recall must serve)
+        return "The agent read parts. " + (" ".join(FACT_LINE.findall(prompt)) if summary_keeps else "")
+
+    folder = tmp_path_factory.mktemp("run")
+    store = VectorMemory(folder / "memory", WordsEmbedder())
+    archive = Archive(folder / "archive.sqlite", "r1")
+    memory = RunMemory(builder=ContextBuilder(COUNTER, budget), summarizer_counter=COUNTER, ask_summarizer=summarize,
+                       store=store, scope="run", run_id="r1", archive=archive, objective="Keep the codes current")
+    system, steps = system_prompt("/tmp/work"), []
+    for number, (kind, subject, value, filler) in enumerate(shape, start=1):
+        steps.append(changing_step(number, kind, subject, value, filler))
+        notes = [memory.item("note", note, number) for note in steps[-1].notes]
+        memory.remember(*memory.step_items(steps[-1]), *notes)
+        context, _ = memory.context(system=system, steps=steps, next_step=number + 1)
+        memory.settle()
+        if not memory.last_recalled:
+            continue
+        text = "\n".join(message_text(m) for m in context.messages)
+        rest = text[:text.index("RELEVANT MEMORIES")]  # the prompt but its recalled items
+        replaced = archive.superseded(item.id for item in memory.last_recalled)
+        for item in memory.last_recalled:
+            assert re.match(r"step \d+", item.label), item.label
+            if item.id in replaced:
+                assert f"superseded by step {replaced[item.id]}" in item.label
+            # it shows a line of output (not the step's own thought or command) that the prompt does not hold
+            shown = [line.strip(" …") for line in item.text.split("\n")[3:]] if item.text.startswith("Thought:") \
+                else [item.text]
+            assert any(line and " ".join(line.split()) not in " ".join(rest.split()) for line in shown), item
+    store.flush()
