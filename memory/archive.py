@@ -114,9 +114,10 @@ class Archive:
                            (other, other))
 
     def search(self, query: str, limit: int = 8) -> list[Archived]:
-        """The items holding the query's words, best first: first those with one line that holds the most of them,
-        then those holding all of them close together (as written: "RED-1" as one phrase), then all anywhere, then
-        some; within each, by bm25 (rare words weigh more, a short item more than a long one)."""
+        """The items holding the query's words, best first: first those with one line that holds the most of them
+        (a step or a note before a summary, which restates them), then those holding all of them close together
+        (as written: "RED-1" as one phrase), then all anywhere, then some; within each, by bm25 (rare words weigh
+        more, a short item more than a long one)."""
         phrases = query_phrases(query)
         if not phrases or not self.path.exists():
             return []
@@ -129,8 +130,9 @@ class Archive:
             if len(found) >= limit * 3:
                 break
         wanted = [_words_of(phrase) for phrase in phrases]
-        ranked = sorted(found.values(), key=lambda pair: (-_line_coverage(pair[1].text, wanted), pair[0],
-                                                          pair[1].score))
+        # a summary restates what steps and notes said: at equal coverage, they come first
+        ranked = sorted(found.values(), key=lambda pair: (-_line_coverage(pair[1].text, wanted),
+                                                          pair[1].kind == "summary", pair[0], pair[1].score))
         return [item for _, item in ranked[:limit]]
 
     def _match(self, match: str, limit: int) -> list[Archived]:

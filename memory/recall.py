@@ -7,13 +7,14 @@ It is handed a query and returns text: it knows nothing of the view or of when s
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .archive import Archive, Archived, is_value, earlier_archives
 from .context import fence_untrusted
-from .excerpt import LABELS, excerpt, terms, units
+from .excerpt import LABELS, SENTENCE_END, excerpt, terms, units
 
 if TYPE_CHECKING:
     from .store import VectorMemory
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 CANDIDATES = 12  # of each kind of search, fused
 FUSION_K = 60  # reciprocal rank fusion's constant (Cormack et al.): ranks matter, scores of two searches are not alike
 EARLIER_RUNS = 50  # archives of earlier runs searched by words, newest first
+MARKS = re.compile(r"\[×\d+\]|… \(\d+ lines? not shown\)|…")  # what excerpts add: not the memory's words
 EXCERPT_TOKENS = 150  # left in the room, at least, to show part of an item too big to show whole
 
 
@@ -57,7 +59,8 @@ def adds_to(text: str, known: set[str], shown: str) -> bool:
     its lines that states values (numbers, codes) is not in the prompt already, whole or by all its words; a text
     that states none, when some of its lines' words are new (what `novelty` weighs, line by line)."""
     stating, other_new = [], False
-    for unit in units(text):
+    for unit in (sentence for line in units(text) for sentence in SENTENCE_END.split(MARKS.sub(" ", line))):
+        unit = unit.strip()
         found = terms(unit) - LABELS
         if not found or unit.startswith(("Thought:", "Command:")):  # a step's own lines: what it did, not found
             continue

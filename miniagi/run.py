@@ -370,7 +370,7 @@ class Run:
                                  notes=list(outcome.notes), note=note or None, search=search))
         notes = [self.memory.item("note", note, number, suffix=str(i) if i else "")
                  for i, note in enumerate(outcome.notes)]
-        self.remember(*self.memory.step_items(self.state.steps[-1]), *notes,
+        self.remember(*self.memory.step_items(self.state.steps[-1], observation), *notes,
                       *[self.memory.item(m.kind, m.text, number, suffix=m.key) for m in outcome.memories])
 
     def critique(self) -> None:

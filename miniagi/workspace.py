@@ -54,7 +54,9 @@ class RunWorkspace:
         self.counter = counter
         self.chunk_budget = budget.summarizer_chunk
         self.answer_tokens = budget.answer
-        self.recall_tokens = budget.item  # what one recall shows: as much as one output may take
+        # what one recall shows: no more than an output kept in view, nor than a small prompt has room for beside its
+        # head (shown cut, recall's answer could lose what it found)
+        self.recall_tokens = min(budget.item, budget.context // 4)
         self.last_search: list[SearchResult] = []
         self.offline = offline  # a replay's: the agent's own commands reach no network
         self.memory: RunMemory | None = None
