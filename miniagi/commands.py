@@ -73,8 +73,8 @@ class DocumentShelf(Protocol):
 
 
 class Workspace(Protocol):
-    """What a command may use: the work directory, code execution, the person, the web, sources, documents and
-    the summarizer model. Implemented by miniagi.workspace.RunWorkspace."""
+    """What a command may use: the work directory, code execution, the person, the web, sources, documents, the
+    run's memory (recall) and the summarizer model. Implemented by miniagi.workspace.RunWorkspace."""
 
     workdir: Path
     counter: TokenCounter  # the summarizer model's tokens
@@ -96,6 +96,8 @@ class Workspace(Protocol):
     def summarize(self, prompt: str) -> str: ...
 
     def progress(self, text: str) -> None: ...
+
+    def recall(self, query: str) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -234,8 +236,8 @@ def memorize_thoughts(workspace: Workspace, text: str) -> Outcome:
 
 @command(needs_approval=True)
 def execute_python(workspace: Workspace, code: str) -> str:
-    """Run Python in a persistent session (variables, imports and functions stay); you see the output, a traceback
-    on error and the value of a trailing expression.
+    """Run Python in a persistent session (variables, imports, functions stay); you see the output, a traceback and
+    a trailing expression's value.
 
     code: Python source (no fence needed)
     """
@@ -244,7 +246,7 @@ def execute_python(workspace: Workspace, code: str) -> str:
 
 @command(needs_approval=True)
 def execute_shell(workspace: Workspace, command_line: str) -> str:
-    """Run one shell command line in the working directory, with no input; you see its exit code and output. Start
+    """Run one shell command line in the working directory, no input; you see its exit code and output. Start
     servers from execute_python with subprocess.Popen.
 
     command_line: one line for bash
@@ -286,8 +288,8 @@ def _source_spec(workspace: Workspace, spec: str) -> str:
 
 @command(python=True)
 def ingest_data(workspace: Workspace, source: str) -> str | Outcome:
-    """Read a file (text, HTML, PDF, CSV, code…) or web page: its full text when short, else a summary; all of it
-    is stored in memory for later steps to recall.
+    """Read a file (text, HTML, PDF, CSV, code…) or web page: its text when short, else a summary; all of it is
+    stored for recall.
 
     source: a file path, an http(s) URL or the number of a web_search result
     """
@@ -397,6 +399,16 @@ def process_data(workspace: Workspace, question: str, sources: list[str]) -> str
         parts.append(f"Answer to {question!r}, read over all of {read_over}:\n"
                      + untrusted(f"answer drawn from {read_over}", body))
     return "\n\n".join(parts)
+
+
+@command(python=True)
+def recall(workspace: Workspace, query: str) -> str:
+    """Search all you saw (outputs, notes, summaries, documents) by exact words or meaning: whole items, each with
+    its step.
+
+    query: exact words (a name, number, code, file name) or what it was about
+    """
+    return workspace.recall(query)
 
 
 @command(python=True)

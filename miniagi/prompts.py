@@ -9,8 +9,8 @@ on its own.
 
 Inside execute_python these are functions too: {functions} (SearchResult: .title .url .snippet).
 
-Your memory: the objective and your notes stay in view; older steps are summarized above the recent ones, shown \
-in full; memories relevant to the step are recalled at its end.
+Your memory: the objective and your notes stay in view; older steps are summarized above recent ones, shown in \
+full; recall finds any earlier output whole.
 
 How to work:
 - Your working directory is {workdir}; files you write stay there.

@@ -19,6 +19,7 @@ import traceback
 from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 
+from memory.archive import Archive, archive_path
 from memory.run_memory import RunMemory
 
 from . import critic
@@ -64,10 +65,13 @@ class Run:
                  workspace: RunWorkspace | None = None, keep_workspace: bool = False):
         self.services, self.settings, self.ui = services, services.settings, services.ui
         self.record, self.state, self.resumed = record, state, resumed
+        workdir = str(self.settings.workdir_path)
         self.memory = RunMemory(builder=services.contexts, summarizer_counter=services.summarizer_counter,
                                 ask_summarizer=self.summarize, store=services.vectors, scope=self.settings.memory_scope,
                                 run_id=record.run_id, state=state,
-                                workdir=str(self.settings.workdir_path), code_commands=code_commands())
+                                workdir=workdir, code_commands=code_commands(),
+                                archive=Archive(archive_path(record.dir), record.run_id, workdir, services.redact),
+                                runs_root=record.dir.parent)
         self.memory.notify = self.ui.progress  # the loop waits for a summary before steps leave the view
         self.model_view = PromptLog(record.dir, services.redact)  # what the model saw, for show --prompt N
         self.covers: dict = {}  # what the parts of the next agent prompt cover
@@ -293,8 +297,8 @@ class Run:
             self.emit(ev.Recall(step=number, ids=[item.id for item in self.memory.last_recalled],
                                 items=[item.to_json() for item in self.memory.last_recalled]))
         if self.memory.failure:
-            self.ui.warn(f"vector memory disabled for this run: {self.memory.failure}")
-            self.emit(ev.Error(step=state.step, text=f"vector memory: {self.memory.failure}"))
+            self.ui.warn(self.memory.failure)
+            self.emit(ev.Error(step=state.step, text=self.memory.failure))
             self.memory.failure = ""
         self.ui.debug_context(context.messages)
         return context.messages
@@ -380,7 +384,7 @@ class Run:
                                  notes=list(outcome.notes), note=note or None, search=search))
         notes = [self.memory.item("note", note, number, suffix=str(i) if i else "")
                  for i, note in enumerate(outcome.notes)]
-        self.remember(*self.memory.step_items(self.state.steps[-1]), *notes,
+        self.remember(*self.memory.step_items(self.state.steps[-1], observation), *notes,
                       *[self.memory.item(m.kind, m.text, number, suffix=m.key) for m in outcome.memories])
 
     def critique(self) -> None:
@@ -481,9 +485,8 @@ class Run:
         return self.ask("summarizer", [{"role": "user", "content": prompt}], self.state.step).text
 
     def remember(self, *items) -> None:
-        """Vector memory helps but is not essential: if it fails, the run goes on without it."""
-        if self.memory.store is None:
-            return
+        """Kept in the run's archive; vector memory helps but is not essential: if it fails, the run goes on without
+        it."""
         try:
             self.memory.remember(*items)
         except Exception as exc:  # chromadb or the embedder failing must not end the run
