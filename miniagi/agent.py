@@ -20,7 +20,7 @@ from memory.store import VectorMemory
 from memory.tokens import counter_for
 
 from . import events as ev
-from .commands import COMMANDS
+from .commands import CommandTable
 from .config import ConfigError, Settings, read_dotenv
 from .model import Model, PriceTable
 from .prompts import system_prompt
@@ -69,8 +69,6 @@ class Agent:
         interactive = not settings.unattended and sys.stdin is not None and sys.stdin.isatty()
         self.ui = ui or Terminal(interactive=interactive, debug=settings.debug, quiet=quiet)
         self.ui.redact = self.redact
-        if interactive and not settings.yes:  # the approval panel shows these whole: the step line need not
-            self.ui.approved = {name for name, c in COMMANDS.items() if c.needs_approval}
         # a .env that code of an earlier run could have written is not obeyed without the user's say
         self.dotenv = DotenvGuard(settings, self.environ)
         self.dotenv.check(self.ui)
@@ -85,8 +83,9 @@ class Agent:
         self.mcp = mcp if mcp is not None else McpTools() if offline else McpTools.configured(settings, self.ui)
         self.redact.include(*(spec.secrets() for spec in getattr(self.mcp, "specs", ())))  # a server's tokens
         self.mcp.start()
-        if interactive and not settings.yes:
-            self.ui.approved |= {c.name for c in self.mcp.commands if c.needs_approval}
+        self.commands = CommandTable(self.mcp.commands)  # made once: every run of this agent offers the same
+        if interactive and not settings.yes:  # the approval panel shows these whole: the step line need not
+            self.ui.approved = {c.name for c in self.commands.values() if c.needs_approval}
         try:
             self._prepare(settings, model, wait_for_memory)
         except BaseException:
@@ -94,7 +93,7 @@ class Agent:
             raise
 
     def _prepare(self, settings: Settings, model, wait_for_memory: bool) -> None:
-        self.protocol = formats()[settings.protocol]
+        self.protocol = formats()[settings.protocol].offering(self.commands)
         self.ui.reply_format = self.protocol  # the terminal shows a reply streaming in as its format reads it
         # the tools protocol sends its schemas with every request: they are part of the prompt the budget bounds
         tools = self.protocol.request().get("tools")
@@ -102,10 +101,11 @@ class Agent:
                                        reserved=self.counter.count(json.dumps(tools)) if tools else 0)
         self.vectors = open_vector_memory(settings, self.environ, model, self.redact)
         self.wait_for_memory = wait_for_memory
-        self.system = system_prompt(str(settings.workdir_path), settings.protocol)
+        self.system = system_prompt(str(settings.workdir_path), self.protocol)
         # what each run works with: a run never sees the agent
         self.services = Services(settings=settings, ui=self.ui, model=model, prices=self.prices,
-                                 protocol=self.protocol, budget=self.budget, contexts=self.contexts,
+                                 commands=self.commands, protocol=self.protocol, budget=self.budget,
+                                 contexts=self.contexts,
                                  counter=self.counter, critic_counter=self.critic_counter,
                                  summarizer_counter=self.summarizer_counter, system=self.system,
                                  vectors=self.vectors, wait_for_memory=wait_for_memory, redact=self.redact,

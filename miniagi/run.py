@@ -24,7 +24,7 @@ from memory.run_memory import RunMemory
 
 from . import critic
 from . import events as ev
-from .commands import COMMANDS, Outcome, code_commands
+from .commands import Outcome
 from .config import OPTIONS_BY_NAME, ConfigError
 from .execution import cap_text
 from .loops import STOP_AFTER, WARN_AFTER
@@ -69,7 +69,7 @@ class Run:
         self.memory = RunMemory(builder=services.contexts, summarizer_counter=services.summarizer_counter,
                                 ask_summarizer=self.summarize, store=services.vectors, scope=self.settings.memory_scope,
                                 run_id=record.run_id, state=state,
-                                workdir=workdir, code_commands=code_commands(),
+                                workdir=workdir, code_commands=services.commands.code_commands(),
                                 archive=Archive(archive_path(record.dir), record.run_id, workdir, services.redact),
                                 runs_root=record.dir.parent)
         self.memory.notify = self.ui.progress  # the loop waits for a summary before steps leave the view
@@ -86,7 +86,9 @@ class Run:
             services.mcp.start()
         self.workspace = workspace or RunWorkspace(self.settings, ui=services.ui, environ=services.environ,
                                                    budget=services.budget, search_backend=services.search_backend,
-                                                   counter=services.summarizer_counter, offline=services.offline)
+                                                   counter=services.summarizer_counter,
+                                                   python_tools=services.commands.python_tools(),
+                                                   offline=services.offline)
         self.workspace.attach(memory=self.memory, summarize=self.summarize, step=lambda: self.state.step,
                               tool_handler=self.call_tool)
         if services.mcp is not None:  # the servers stop with the workspace (a chat's, at its end)
@@ -315,7 +317,7 @@ class Run:
 
     def act(self, action: Decision, spinner: bool = True) -> Outcome:
         """Run the action's command (after approval); a failing command is an observation, never the end."""
-        command = COMMANDS[action.command]
+        command = action.definition
         missing = command.missing(action.args)
         if missing:
             return Outcome(f"{command.name} needs {' and '.join(missing)}; nothing was done. "
@@ -343,14 +345,14 @@ class Run:
         """A command called as a function by code in execute_python (its arguments by name, as a JSON object): run
         as an action of the step would be (approval, limits, redaction, cost); its notes, memories and hint join
         the step's."""
-        command = COMMANDS.get(name)
+        command = self.services.commands.get(name)
         if command is None or not command.python:
             return {"error": f"{name} cannot be called from Python"}
         args = command.arguments(json.loads(arguments or "{}"))
         if command.missing(args):
             return {"error": f"{name} needs {' and '.join(command.missing(args))}: {command.signature()}"}
         try:
-            outcome = self.act(Decision(thought="", command=name, args=args), spinner=False)
+            outcome = self.act(Decision(thought="", definition=command, args=args), spinner=False)
         except Stop as stop:  # a limit: the code hears of it; the loop stops at its next check
             return {"error": str(stop)}
         calls = len(self.nested.memories) + len(self.nested.notes)

@@ -12,7 +12,6 @@ from memory.budget import Budget
 from memory.run_memory import RunMemory
 from memory.tokens import TokenCounter
 
-from .commands import python_tools
 from .execution import CodeRunner
 from .sources import Document, SourceError, is_url, read_source
 from .websearch import SearchBackend, SearchResult, SearchUnavailable, search
@@ -41,12 +40,12 @@ class RunWorkspace:
     another, share one workspace and its Python session."""
 
     def __init__(self, settings, *, ui, environ: Mapping[str, str], budget: Budget, search_backend: SearchBackend,
-                 counter: TokenCounter, offline: bool = False):
+                 counter: TokenCounter, python_tools: list[dict], offline: bool = False):
         self.settings = settings
         self.ui = ui
         self.workdir: Path = settings.workdir_path
         # its sandbox and limits; code calls the agent's commands through tool_handler
-        self.execution = CodeRunner(settings, environ, budget.item_chars, tools=python_tools(),
+        self.execution = CodeRunner(settings, environ, budget.item_chars, tools=python_tools,
                                     tool_handler=self._code_calls)
         # what code prints, shown as it prints it (in a terminal: elsewhere the output is not read twice)
         self.execution.on_output = ui.code_line if getattr(ui, "live", False) else None
