@@ -37,10 +37,6 @@ from .websearch import DdgsBackend, SearchBackend
 
 __all__ = ["Agent", "RunResult", "open_vector_memory", "recorded_settings"]
 
-RESUMED = ("NOTE: this run was interrupted and has been resumed. The Python session was restarted: variables, imports "
-           "and functions from earlier steps are gone; files on disk remain.")
-
-
 class Agent:
     """Runs objectives: holds what every run of it shares, and makes a `Run` per objective."""
 
@@ -52,69 +48,58 @@ class Agent:
         a run that ends before the vector store has loaded journals its memories instead of waiting for it (the
         CLI, whose process ends right after; a program that goes on keeps the default, and its runs end stored).
         `mcp`: the MCP tools to use instead of the configured servers' (a replay's recorded ones)."""
-        self.settings, self.offline = settings, offline
-        self.search_backend = search_backend or DdgsBackend()
-        self.environ = dict(os.environ if environ is None else environ)
+        self.settings = settings
+        environ = dict(os.environ if environ is None else environ)
         # the gate every text crosses before a model request, the run's files, the vector store or the terminal
-        self.redact = Redactor(self.environ, read_dotenv())
-        self.prices = getattr(model, "prices", None) or PriceTable(settings.prices)
+        redact = Redactor(environ, read_dotenv())
+        prices = getattr(model, "prices", None) or PriceTable(settings.prices)
+        interactive = not settings.unattended and sys.stdin is not None and sys.stdin.isatty()
+        ui = ui or Terminal(interactive=interactive, debug=settings.debug, quiet=quiet)
         if model is None:
             from .config import Endpoint
             from .endpoint import OpenAIModel
 
-            model = OpenAIModel(Endpoint.from_environment(self.environ), self.prices,
-                                request_timeout_s=settings.request_timeout,
-                                request_deadline_s=settings.request_deadline, on_retry=lambda text: self.ui.warn(text))
-        self.model = model
-        interactive = not settings.unattended and sys.stdin is not None and sys.stdin.isatty()
-        self.ui = ui or Terminal(interactive=interactive, debug=settings.debug, quiet=quiet)
-        self.ui.redact = self.redact
+            model = OpenAIModel(Endpoint.from_environment(environ), prices, request_timeout_s=settings.request_timeout,
+                                request_deadline_s=settings.request_deadline, on_retry=ui.warn)
         # a .env that code of an earlier run could have written is not obeyed without the user's say
-        self.dotenv = DotenvGuard(settings, self.environ)
-        self.dotenv.check(self.ui)
-        self.store = RunStore(settings.home_path, self.redact)
-        self.budget = Budget.from_settings(settings)
-        self.counter = counter_for(settings.model)
-        self.critic_counter = counter_for(settings.model_for("critic"))
-        self.summarizer_counter = counter_for(settings.model_for("summarizer"))
+        dotenv = DotenvGuard(settings, environ)
+        ui.serve(redact)
+        dotenv.check(ui)
+        self.store = RunStore(settings.home_path, redact)
         # the MCP servers start now: their tools are commands, in the prompt and the schemas built below
         from .mcp_tools import McpTools
 
-        self.mcp = mcp if mcp is not None else McpTools() if offline else McpTools.configured(settings, self.ui)
-        self.redact.include(*(spec.secrets() for spec in getattr(self.mcp, "specs", ())))  # a server's tokens
-        self.mcp.start()
-        self.commands = CommandTable(self.mcp.commands)  # made once: every run of this agent offers the same
-        if interactive and not settings.yes:  # the approval panel shows these whole: the step line need not
-            self.ui.approved = {c.name for c in self.commands.values() if c.needs_approval}
+        mcp = mcp if mcp is not None else McpTools() if offline else McpTools.configured(settings, ui)
+        redact.include(*(spec.secrets() for spec in getattr(mcp, "specs", ())))  # a server's tokens
+        mcp.start()
         try:
-            self._prepare(settings, model, wait_for_memory)
+            commands = CommandTable(mcp.commands)  # made once: every run of this agent offers the same
+            protocol = formats()[settings.protocol].offering(commands)
+            # the approval panel shows these whole: the step line need not
+            ui.serve(redact, protocol, {c.name for c in commands.values() if c.needs_approval}
+                     if interactive and not settings.yes else set())
+            budget, counter = Budget.from_settings(settings), counter_for(settings.model)
+            # the tools protocol sends its schemas with every request: they are part of the prompt the budget bounds
+            tools = protocol.request().get("tools")
+            contexts = ContextBuilder(counter, budget, render_step=protocol.render,
+                                      reserved=counter.count(json.dumps(tools)) if tools else 0)
+            # what each run works with: a run never sees the agent
+            self.services = Services(
+                settings=settings, ui=ui, model=model, prices=prices, commands=commands, protocol=protocol,
+                budget=budget, contexts=contexts, counter=counter,
+                critic_counter=counter_for(settings.model_for("critic")),
+                summarizer_counter=counter_for(settings.model_for("summarizer")),
+                system=system_prompt(str(settings.workdir_path), protocol),
+                vectors=open_vector_memory(settings, environ, model, redact), wait_for_memory=wait_for_memory,
+                redact=redact, environ=environ, search_backend=search_backend or DdgsBackend(), offline=offline,
+                dotenv=dotenv, mcp=mcp)
         except BaseException:
-            self.mcp.close()
+            mcp.close()
             raise
-
-    def _prepare(self, settings: Settings, model, wait_for_memory: bool) -> None:
-        self.protocol = formats()[settings.protocol].offering(self.commands)
-        self.ui.reply_format = self.protocol  # the terminal shows a reply streaming in as its format reads it
-        # the tools protocol sends its schemas with every request: they are part of the prompt the budget bounds
-        tools = self.protocol.request().get("tools")
-        self.contexts = ContextBuilder(self.counter, self.budget, render_step=self.protocol.render,
-                                       reserved=self.counter.count(json.dumps(tools)) if tools else 0)
-        self.vectors = open_vector_memory(settings, self.environ, model, self.redact)
-        self.wait_for_memory = wait_for_memory
-        self.system = system_prompt(str(settings.workdir_path), self.protocol)
-        # what each run works with: a run never sees the agent
-        self.services = Services(settings=settings, ui=self.ui, model=model, prices=self.prices,
-                                 commands=self.commands, protocol=self.protocol, budget=self.budget,
-                                 contexts=self.contexts,
-                                 counter=self.counter, critic_counter=self.critic_counter,
-                                 summarizer_counter=self.summarizer_counter, system=self.system,
-                                 vectors=self.vectors, wait_for_memory=wait_for_memory, redact=self.redact,
-                                 environ=self.environ, search_backend=self.search_backend, offline=self.offline,
-                                 dotenv=self.dotenv, mcp=self.mcp)
 
     def close(self) -> None:
         """Stop what outlives a run: the MCP servers (a run's end stops them too; this is for a start that failed)."""
-        self.mcp.close()
+        self.services.mcp.close()
 
     # --- starting and resuming -------------------------------------------------------------------------------
     def run(self, objective: str, origin: dict | None = None, follows: str | None = None) -> RunResult:
@@ -145,11 +130,12 @@ class Agent:
             record.close()
             shutil.rmtree(record.dir, ignore_errors=True)
             raise
+        mcp = self.services.mcp
         run.emit(ev.RunStart(time=now_iso(), run_id=record.run_id, objective=objective,
                              settings={**self.settings.to_dict(), "workdir": str(self.settings.workdir_path)},
                              follows=previous, background=background,
                              extra={**(origin or {}),
-                                    **({"mcp_tools": self.mcp.definitions} if self.mcp.definitions else {})}))
+                                    **({"mcp_tools": mcp.definitions} if mcp.definitions else {})}))
         return run
 
     def background(self, run_id: str, python_kept: bool = False) -> str:
@@ -179,7 +165,7 @@ class Agent:
                 "files it wrote remain where it worked." if there is None else
                 f"it worked in another directory, {there}: its files are there, not in this run's working "
                 f"directory {here}."))
-        return truncate_middle("\n".join(parts), self.counter, self.budget.summary)
+        return truncate_middle("\n".join(parts), self.services.counter, self.services.budget.summary)
 
     def resume(self, run_id: str) -> RunResult:
         record = self.store.open(run_id)
@@ -191,7 +177,6 @@ class Agent:
         self._check_endpoint()
         run = Run(self.services, record, state, resumed=True)
         run.emit(ev.Resume(step=state.completed_step, time=now_iso(), settings=self.settings.to_dict()))
-        run.alerts.append(RESUMED)
         return run.drive()
 
     def _check_workdir(self) -> None:
@@ -204,16 +189,16 @@ class Agent:
                 path.mkdir(parents=True)
             except OSError as exc:
                 raise ConfigError(f"--workdir {path} does not exist and cannot be made: {exc.strerror}") from None
-            self.ui.warn(f"created the work directory {path}")
+            self.services.ui.warn(f"created the work directory {path}")
 
     def _check_endpoint(self) -> None:
-        check = getattr(self.model, "check_reachable", None)
+        check = getattr(self.services.model, "check_reachable", None)
         if check is not None:
             check()
 
     def _check_budget(self, objective: str, background: str = "") -> None:
         try:
-            self.contexts.check_fits(self.system, objective, background)
+            self.services.contexts.check_fits(self.services.system, objective, background)
         except ContextOverflow as exc:
             raise ConfigError(str(exc)) from None
 
@@ -222,15 +207,16 @@ class Agent:
         """A step as the context shows it: the thought and argument within the per-item budget (the arguments' texts
         sharing it), the output within the room a prompt has for one (Budget.output); an output over it is cut to
         what matters to the step's thought and argument, not by position."""
-        limit = self.budget.item
+        counter, budget = self.services.counter, self.services.budget
+        limit = budget.item
         if args is not None:
             texts = [v for v in args.values() if isinstance(v, str)]
             share = max(20, limit // max(1, len(texts)))
-            args = {k: truncate_middle(v, self.counter, share) if isinstance(v, str) else v for k, v in args.items()}
-        return StepRecord(number, truncate_middle(thought, self.counter, limit), command,
-                          truncate_middle(arg, self.counter, limit),
-                          cut_around(observation, f"{thought} {arg}", self.counter, self.budget.output),
-                          raw_reply=truncate_middle(raw_reply, self.counter, limit), notes=notes, args=args)
+            args = {k: truncate_middle(v, counter, share) if isinstance(v, str) else v for k, v in args.items()}
+        return StepRecord(number, truncate_middle(thought, counter, limit), command,
+                          truncate_middle(arg, counter, limit),
+                          cut_around(observation, f"{thought} {arg}", counter, budget.output),
+                          raw_reply=truncate_middle(raw_reply, counter, limit), notes=notes, args=args)
 
 
 

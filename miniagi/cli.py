@@ -319,8 +319,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
         from .ui import visible
 
-        agent.ui.echo_objective = False  # the person just typed it
-        agent.ui.say(f"[bold]miniagi chat[/] · model {escape(visible(settings.model))} · folder "
+        agent.services.ui.echo_objective = False  # the person just typed it
+        agent.services.ui.say(f"[bold]miniagi chat[/] · model {escape(visible(settings.model))} · folder "
                      f"{escape(visible(str(settings.workdir_path)))}\n[dim]{CHAT_HELP.splitlines()[0]}[/]")
     try:
         previous = _followed(args, agent.store, settings.workdir_path)
@@ -371,7 +371,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     if said:
         again = resume_flags(recorded, leave=tuple(name for name in recorded.__dataclass_fields__
                                                    if name not in said))
-        agent.ui.warn("not taken from the run's trace: " + "; ".join(differences[name] for name in said)
+        agent.services.ui.warn("not taken from the run's trace: " + "; ".join(differences[name] for name in said)
                       + f". To run with them, add `{again.strip()}` to the command")
     try:
         result = agent.resume(args.run_id)

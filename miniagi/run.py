@@ -41,6 +41,8 @@ from .stops import EXIT_CODES, Ending, LimitReached, Stop, Stuck, Submitted, Too
 from .websearch import SearchResult
 from .workspace import RunWorkspace
 
+RESUMED = ("NOTE: this run was interrupted and has been resumed. The Python session was restarted: variables, imports "
+           "and functions from earlier steps are gone; files on disk remain.")
 MAX_FORMAT_ERRORS = 3  # malformed replies in a row before the run is given up
 RUNNING_SAVE_S = 0.5  # result.json of a running run is rewritten at most this often
 SWITCH_INTERVAL_S = 0.0002  # how often the interpreter may hand the GIL to another thread while a run goes
@@ -97,7 +99,7 @@ class Run:
             self.workspace.last_search = [SearchResult(**result) for result in state.last_search]
         self.recorded_search = self.workspace.last_search
         self.nested = Outcome()  # notes and memories of the commands code called during this step
-        self.alerts: list[str] = []  # for the next prompt only: loop warnings, the note that the run was resumed
+        self.alerts = [RESUMED] if resumed else []  # for the next prompt only: loop warnings, the note on resuming
         self.isolation: str | None = None  # the sandbox executed code runs in (bwrap, namespace, none)
         self.recall_first = True  # whether step 1 recalls (a new run whose store holds nothing for it does not)
         # one event at a time into the trace and the state: a model call may end on another thread (a summary)

@@ -111,6 +111,11 @@ class Terminal:
         self.echo_objective = True  # not in a chat: the person just typed it
         self.reply_format = None  # the run's ReplyFormat, which reads an agent's reply as it streams in
 
+    def serve(self, redact: Callable[[str], str], reply_format=None, shown_whole: set[str] = frozenset()) -> None:
+        """What the agent it shows tells it, as soon as it knows it: its secret gate, the format that reads its
+        replies as they stream in, the commands whose approval panel shows their argument whole."""
+        self.redact, self.reply_format, self.approved = redact, reply_format, set(shown_whole)
+
     @property
     def live(self) -> bool:
         """Whether work is shown as it happens: in a terminal, unless quiet."""

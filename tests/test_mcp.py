@@ -428,7 +428,7 @@ def test_the_python_api_starts_the_servers_again_for_a_second_run(isolated, tmp_
                            memory_scope="off",
                            mcp_config=(probe_config(tmp_path),)), model=model, quiet=True)
     try:
-        assert agent.run("first").answer == "3" and not agent.mcp.running  # stopped with the run
+        assert agent.run("first").answer == "3" and not agent.services.mcp.running  # stopped with the run
         assert agent.run("second").answer == "7"
         other = Agent(Settings(yes=True, unattended=True, workdir=str(isolated.work), home=str(isolated.home),
                                memory_scope="off"), model=ScriptedModel([]), quiet=True)

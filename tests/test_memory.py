@@ -330,7 +330,7 @@ def test_a_memorize_thoughts_step_leaves_only_its_note_in_the_store(llm, isolate
     llm.add(act("memorize_thoughts", "The gate code is 5521."), act("execute_shell", "echo checked"),
             act("done", "5521"))
     result = agent.run("Find the gate code")
-    ids = set(agent.vectors.collection.get(where={"run": result.run_id}, include=[])["ids"])
+    ids = set(agent.services.vectors.collection.get(where={"run": result.run_id}, include=[])["ids"])
     run = result.run_id
     assert f"{run}:note:1" in ids and f"{run}:step:2" in ids and f"{run}:step:1" not in ids
 
