@@ -512,7 +512,7 @@ def _memory_action(args: argparse.Namespace, vectors, settings, where, redact) -
 
 def _clear_memory(args: argparse.Namespace, vectors, settings, where) -> None:
     """Deleting memories is never done unasked: a terminal asks, anything else needs --yes."""
-    from .ui import plural
+    from .text import plural
 
     count = vectors.count(where)
     what = f"the {count} memories of run {args.run}" if args.run else f"ALL {count} memories (every run's)"

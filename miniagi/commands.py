@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping, Protocol
 
 from .sources import SourceError, is_url
-from .ui import plural
+from .text import plural
 from .websearch import SearchUnavailable
 
 if TYPE_CHECKING:

@@ -36,7 +36,7 @@ from .services import Services
 from .state import RunState
 from .trust import resume_flags
 from .model_view import PromptLog
-from .ui import plural
+from .text import plural
 from .stops import EXIT_CODES, Ending, LimitReached, Stop, Stuck, Submitted, TooManyFormatErrors, ending_for
 from .websearch import SearchResult
 from .workspace import RunWorkspace

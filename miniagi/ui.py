@@ -22,6 +22,7 @@ from rich.spinner import Spinner
 from rich.text import Text
 
 from . import events as ev
+from .text import plural
 
 ARG_PREVIEW_LINES = 3
 OBSERVATION_PREVIEW_LINES = 6
@@ -74,10 +75,6 @@ def make_console(stderr: bool = False) -> Console:
     console = Console(stderr=stderr, highlight=False)
     console.soft_wrap = not console.is_terminal
     return console
-
-
-def plural(count: int, noun: str, many: str | None = None) -> str:
-    return f"{count} {noun}" if count == 1 else f"{count:,} {many or noun + 's'}"
 
 
 def calls(result: dict) -> str:
