@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 from typing import Mapping
 
@@ -122,14 +121,16 @@ class Agent:
         self._check_budget(objective, background or "")
         self._check_workdir()
         self._check_endpoint()
-        record = self.store.create()
+        made = workspace is None
+        workspace = workspace or self.workspace()  # a sandbox that cannot be had here is said before any record
         try:
-            run = Run(self.services, record, RunState(objective=objective, make_record=self.step_record),
-                      workspace=workspace, keep_workspace=keep_workspace)
-        except ConfigError:  # the sandbox asked for cannot be had here: nothing was started
-            record.close()
-            shutil.rmtree(record.dir, ignore_errors=True)
+            record = self.store.create()
+        except BaseException:
+            if made:
+                workspace.close()
             raise
+        run = Run(self.services, record, RunState(objective=objective, make_record=self.step_record), workspace,
+                  owns_workspace=made and not keep_workspace)
         mcp = self.services.mcp
         run.emit(ev.RunStart(time=now_iso(), run_id=record.run_id, objective=objective,
                              settings={**self.settings.to_dict(), "workdir": str(self.settings.workdir_path)},
@@ -137,6 +138,18 @@ class Agent:
                              extra={**(origin or {}),
                                     **({"mcp_tools": mcp.definitions} if mcp.definitions else {})}))
         return run
+
+    def workspace(self) -> RunWorkspace:
+        """A new workspace for a run: its Python session, sandbox and limits; the MCP servers (started again if a run
+        before stopped them: the Python API's second run) stop with it."""
+        services = self.services
+        workspace = RunWorkspace(self.settings, ui=services.ui, environ=services.environ, budget=services.budget,
+                                 search_backend=services.search_backend, counter=services.summarizer_counter,
+                                 python_tools=services.commands.python_tools(), offline=services.offline)
+        if services.mcp is not None:
+            services.mcp.start()
+            workspace.mcp = services.mcp
+        return workspace
 
     def background(self, run_id: str, python_kept: bool = False) -> str:
         """What a follow-up is told of the run it continues, within the summary's share of the budget."""
@@ -175,7 +188,7 @@ class Agent:
         self._check_budget(state.objective, state.background)
         self._check_workdir()
         self._check_endpoint()
-        run = Run(self.services, record, state, resumed=True)
+        run = Run(self.services, record, state, self.workspace(), resumed=True)
         run.emit(ev.Resume(step=state.completed_step, time=now_iso(), settings=self.settings.to_dict()))
         return run.drive()
 

@@ -63,8 +63,8 @@ class RunResult:
 
 
 class Run:
-    def __init__(self, services: Services, record: RunRecord, state: RunState, *, resumed: bool = False,
-                 workspace: RunWorkspace | None = None, keep_workspace: bool = False):
+    def __init__(self, services: Services, record: RunRecord, state: RunState, workspace: RunWorkspace, *,
+                 owns_workspace: bool = True, resumed: bool = False):
         self.services, self.settings, self.ui = services, services.settings, services.ui
         self.record, self.state, self.resumed = record, state, resumed
         workdir = str(self.settings.workdir_path)
@@ -81,20 +81,12 @@ class Run:
         self._saved_at = float("-inf")
         self._save_timer: threading.Timer | None = None
         self._ended = False  # the final result is written: nothing more is
-        # a chat hands each run the workspace of the one before (its Python session goes on) and keeps the one its
-        # first run makes (keep_workspace): the run closes only a workspace it made and was not asked to keep
-        self.owns_workspace = workspace is None and not keep_workspace
-        if workspace is None and services.mcp is not None:  # servers a run before stopped (the Python API's)
-            services.mcp.start()
-        self.workspace = workspace or RunWorkspace(self.settings, ui=services.ui, environ=services.environ,
-                                                   budget=services.budget, search_backend=services.search_backend,
-                                                   counter=services.summarizer_counter,
-                                                   python_tools=services.commands.python_tools(),
-                                                   offline=services.offline)
+        # a chat's runs share one workspace (its Python session goes on), which the chat closes at its end
+        self.workspace, self.owns_workspace = workspace, owns_workspace
         self.workspace.attach(memory=self.memory, summarize=self.summarize, step=lambda: self.state.step,
                               tool_handler=self.call_tool)
-        if services.mcp is not None:  # the servers stop with the workspace (a chat's, at its end)
-            self.workspace.mcp, services.mcp.record = services.mcp, self.record_mcp_call
+        if services.mcp is not None:
+            services.mcp.record = self.record_mcp_call
         if state.last_search and not self.workspace.last_search:  # resumed: a result's number still names its URL
             self.workspace.last_search = [SearchResult(**result) for result in state.last_search]
         self.recorded_search = self.workspace.last_search
