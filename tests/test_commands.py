@@ -5,13 +5,16 @@ OpenAI-compatible server with the real model client."""
 from __future__ import annotations
 
 import json
+import string
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from miniagi import Agent, OpenAIModel, Settings
 from miniagi.commands import COMMANDS, CommandTable, command
 from miniagi.config import Endpoint
-from miniagi.protocols import formats
+from miniagi.protocols import MalformedReply, formats
 from miniagi.protocols.json_object import JsonFormat
 from miniagi.protocols.tools import ToolsFormat
 
@@ -229,3 +232,54 @@ def test_the_fixed_prompt_takes_at_most_a_quarter_of_a_small_budget(name):
     assert fixed + REPLY_PRIMING <= 780  # about a quarter (750), and the recall command (SPEC round 5): ~25 more
     for c in COMMANDS.values():  # each command described once
         assert system.count(c.doc) == (1 if c.action and name != "tools" else 0)
+
+
+_WORD = st.text(alphabet=string.ascii_lowercase, min_size=1, max_size=8)
+_VALUE = st.text(alphabet=string.ascii_letters + string.digits + " .,:/-_|'\"\\{}[]", max_size=20)
+
+
+@st.composite
+def _tools(draw) -> list[dict]:
+    """MCP tool definitions as servers list them: a server prefix, a tool name, string properties, some required."""
+    definitions = []
+    for _ in range(draw(st.integers(1, 4))):
+        keys = draw(st.lists(_WORD, min_size=1, max_size=3, unique=True))
+        required = draw(st.lists(st.sampled_from(keys), unique=True))
+        definitions.append({"server": "s", "prefix": draw(_WORD), "tool": draw(_WORD), "description": draw(_WORD),
+                            "input_schema": {"type": "object", "required": required,
+                                             "properties": {key: {"type": "string"} for key in keys}}})
+    return definitions
+
+
+@settings(max_examples=40, deadline=None)
+@given(_tools(), st.data())
+def test_an_agents_tools_are_its_own_and_every_format_reads_them(definitions, data):
+    """On generated tools: the built-in table never changes, a table offers its own tools and no other table does,
+    and each format reads a call of each tool back to that tool and its arguments, as sent."""
+    from miniagi.mcp_tools import make_commands
+    from miniagi.model import Completion, ToolCall
+
+    built_in = dict(COMMANDS)
+    tools = make_commands(definitions, call=lambda c, args: None)
+    table = CommandTable(tools)
+    assert dict(COMMANDS) == built_in and set(table) == set(built_in) | {t.name for t in tools}
+    for name, reply_format in formats().items():
+        mine, plain = reply_format.offering(table), reply_format.offering(CommandTable())
+        offered = mine.describe() + json.dumps(mine.request())
+        assert all(t.name in offered for t in tools)
+        assert not any(t.name in plain.describe() + json.dumps(plain.request()) for t in tools)
+        for tool in tools:
+            args = {key: data.draw(_VALUE) for key in tool.properties}
+            sent = json.dumps(args)
+            completion = {
+                "tags": Completion(f"<r>t</r><c>{tool.name}</c>\n{sent}", "m", 0, 0, 0.0, 0.0),
+                "json": Completion(json.dumps({"thought": "t", "command": tool.name, "args": args}), "m", 0, 0, 0.0,
+                                   0.0),
+                "tools": Completion("t", "m", 0, 0, 0.0, 0.0, tool_calls=(ToolCall("c1", tool.name, sent),)),
+            }.get(name)
+            if completion is None:  # a format a test added
+                continue
+            decision = mine.read(completion)
+            assert decision.definition is tool and decision.args == args and decision.arg == sent
+            with pytest.raises(MalformedReply, match="is not a command"):
+                plain.read(completion)
