@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 from .budget import Budget
@@ -65,7 +65,6 @@ class StepRecord:
     raw_reply: str = ""  # kept for malformed replies, which have no action to re-render
     notes: tuple = ()  # what the step memorized, whole: shown in the step while it is in view, then in the head
     args: dict | None = None  # the arguments as one JSON object, as the model sent them (None: older traces)
-    _tokens: int | None = field(default=None, repr=False, compare=False)
 
     def messages(self) -> list[dict]:
         if self.command:
@@ -74,11 +73,6 @@ class StepRecord:
             reply = self.raw_reply
         return [{"role": "assistant", "content": reply},
                 {"role": "user", "content": f"Observation (step {self.step}):\n{self.observation}"}]
-
-    def tokens(self, counter: TokenCounter) -> int:
-        if self._tokens is None:
-            self._tokens = sum(counter.count(m["content"]) + MESSAGE_OVERHEAD for m in self.messages())
-        return self._tokens
 
     def notes_outside_reply(self) -> list[str]:
         """The notes the reply does not show whole: memorized from code, or cut with the argument."""
@@ -95,19 +89,12 @@ class Note:
 class Summary:
     """What stands in the head for the steps out of view: every step up to `through_step` is folded into `text`
     (and only those are out of view); the notes of steps up to `notes_through` are condensed into `notes_digest`
-    (the rest are shown whole). `briefed_through` is read from older traces and no longer used: a step in brief
-    never stood for a step alone."""
+    (the rest are shown whole)."""
 
     text: str = ""
     through_step: int = 0
     notes_digest: str = ""
     notes_through: int = 0
-    briefed_through: int = 0
-
-    @property
-    def out_of_view(self) -> int:
-        """Every step up to this one is out of view, covered by the summary."""
-        return self.through_step
 
 
 def truncate_middle(text: str, counter: TokenCounter, max_tokens: int) -> str:

@@ -135,15 +135,18 @@ def excerpt(text: str, query: str, counter: TokenCounter, max_tokens: int, known
         return text
     pieces, words, unique = _pieces(text)
     wanted = _query_terms(query)
-    scores = [2 * len(found & wanted) + len(only - known) for found, only in zip(words, unique)]
-    best = max(range(len(pieces)), key=lambda i: (scores[i], -i))
+    # the query's words first, then what is distinctive (a line of 300 unique tokens must not outweigh the match)
+    scores = [(len(found & wanted), len(only - known)) for found, only in zip(words, unique)]
 
     def size(i: int) -> int:  # counted only for the pieces widening reaches (encoding is the costly part)
         return _piece_tokens(pieces[i], counter)
 
     room = max_tokens - 2 * _piece_tokens(f" {GAP} ", counter) + 2
-    if size(best) > room:
+    fitting = [i for i in sorted(range(len(pieces)), key=lambda i: (scores[i], -i), reverse=True)[:8]
+               if size(i) <= room]
+    if not fitting:
         return ""
+    best = fitting[0]
     start = end = best
     used = size(best)
     while True:  # widen by whole neighbours, the following one first (it usually completes the matching one)

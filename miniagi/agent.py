@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 from typing import Mapping
 
@@ -20,7 +19,7 @@ from memory.store import VectorMemory
 from memory.tokens import counter_for
 
 from . import events as ev
-from .commands import COMMANDS
+from .commands import CommandTable
 from .config import ConfigError, Settings, read_dotenv
 from .model import Model, PriceTable
 from .prompts import system_prompt
@@ -37,10 +36,6 @@ from .websearch import DdgsBackend, SearchBackend
 
 __all__ = ["Agent", "RunResult", "open_vector_memory", "recorded_settings"]
 
-RESUMED = ("NOTE: this run was interrupted and has been resumed. The Python session was restarted: variables, imports "
-           "and functions from earlier steps are gone; files on disk remain.")
-
-
 class Agent:
     """Runs objectives: holds what every run of it shares, and makes a `Run` per objective."""
 
@@ -52,69 +47,58 @@ class Agent:
         a run that ends before the vector store has loaded journals its memories instead of waiting for it (the
         CLI, whose process ends right after; a program that goes on keeps the default, and its runs end stored).
         `mcp`: the MCP tools to use instead of the configured servers' (a replay's recorded ones)."""
-        self.settings, self.offline = settings, offline
-        self.search_backend = search_backend or DdgsBackend()
-        self.environ = dict(os.environ if environ is None else environ)
+        self.settings = settings
+        environ = dict(os.environ if environ is None else environ)
         # the gate every text crosses before a model request, the run's files, the vector store or the terminal
-        self.redact = Redactor(self.environ, read_dotenv())
-        self.prices = getattr(model, "prices", None) or PriceTable(settings.prices)
+        redact = Redactor(environ, read_dotenv())
+        prices = getattr(model, "prices", None) or PriceTable(settings.prices)
+        interactive = not settings.unattended and sys.stdin is not None and sys.stdin.isatty()
+        ui = ui or Terminal(interactive=interactive, debug=settings.debug, quiet=quiet)
         if model is None:
             from .config import Endpoint
             from .endpoint import OpenAIModel
 
-            model = OpenAIModel(Endpoint.from_environment(self.environ), self.prices,
-                                request_timeout_s=settings.request_timeout,
-                                request_deadline_s=settings.request_deadline, on_retry=lambda text: self.ui.warn(text))
-        self.model = model
-        interactive = not settings.unattended and sys.stdin is not None and sys.stdin.isatty()
-        self.ui = ui or Terminal(interactive=interactive, debug=settings.debug, quiet=quiet)
-        self.ui.redact = self.redact
-        if interactive and not settings.yes:  # the approval panel shows these whole: the step line need not
-            self.ui.approved = {name for name, c in COMMANDS.items() if c.needs_approval}
+            model = OpenAIModel(Endpoint.from_environment(environ), prices, request_timeout_s=settings.request_timeout,
+                                request_deadline_s=settings.request_deadline, on_retry=ui.warn)
         # a .env that code of an earlier run could have written is not obeyed without the user's say
-        self.dotenv = DotenvGuard(settings, self.environ)
-        self.dotenv.check(self.ui)
-        self.store = RunStore(settings.home_path, self.redact)
-        self.budget = Budget.from_settings(settings)
-        self.counter = counter_for(settings.model)
-        self.critic_counter = counter_for(settings.model_for("critic"))
-        self.summarizer_counter = counter_for(settings.model_for("summarizer"))
+        dotenv = DotenvGuard(settings, environ)
+        ui.serve(redact)
+        dotenv.check(ui)
+        self.store = RunStore(settings.home_path, redact)
         # the MCP servers start now: their tools are commands, in the prompt and the schemas built below
         from .mcp_tools import McpTools
 
-        self.mcp = mcp if mcp is not None else McpTools() if offline else McpTools.configured(settings, self.ui)
-        self.redact.include(*(spec.secrets() for spec in getattr(self.mcp, "specs", ())))  # a server's tokens
-        self.mcp.start()
-        if interactive and not settings.yes:
-            self.ui.approved |= {c.name for c in self.mcp.commands if c.needs_approval}
+        mcp = mcp if mcp is not None else McpTools() if offline else McpTools.configured(settings, ui)
+        redact.include(*(spec.secrets() for spec in getattr(mcp, "specs", ())))  # a server's tokens
+        mcp.start()
         try:
-            self._prepare(settings, model, wait_for_memory)
+            commands = CommandTable(mcp.commands)  # made once: every run of this agent offers the same
+            protocol = formats()[settings.protocol].offering(commands)
+            # the approval panel shows these whole: the step line need not
+            ui.serve(redact, protocol, {c.name for c in commands.values() if c.needs_approval}
+                     if interactive and not settings.yes else set())
+            budget, counter = Budget.from_settings(settings), counter_for(settings.model)
+            # the tools protocol sends its schemas with every request: they are part of the prompt the budget bounds
+            tools = protocol.request().get("tools")
+            contexts = ContextBuilder(counter, budget, render_step=protocol.render,
+                                      reserved=counter.count(json.dumps(tools)) if tools else 0)
+            # what each run works with: a run never sees the agent
+            self.services = Services(
+                settings=settings, ui=ui, model=model, prices=prices, commands=commands, protocol=protocol,
+                budget=budget, contexts=contexts, counter=counter,
+                critic_counter=counter_for(settings.model_for("critic")),
+                summarizer_counter=counter_for(settings.model_for("summarizer")),
+                system=system_prompt(str(settings.workdir_path), protocol),
+                vectors=open_vector_memory(settings, environ, model, redact), wait_for_memory=wait_for_memory,
+                redact=redact, environ=environ, search_backend=search_backend or DdgsBackend(), offline=offline,
+                dotenv=dotenv, mcp=mcp)
         except BaseException:
-            self.mcp.close()
+            mcp.close()
             raise
-
-    def _prepare(self, settings: Settings, model, wait_for_memory: bool) -> None:
-        self.protocol = formats()[settings.protocol]
-        self.ui.reply_format = self.protocol  # the terminal shows a reply streaming in as its format reads it
-        # the tools protocol sends its schemas with every request: they are part of the prompt the budget bounds
-        tools = self.protocol.request().get("tools")
-        self.contexts = ContextBuilder(self.counter, self.budget, render_step=self.protocol.render,
-                                       reserved=self.counter.count(json.dumps(tools)) if tools else 0)
-        self.vectors = open_vector_memory(settings, self.environ, model, self.redact)
-        self.wait_for_memory = wait_for_memory
-        self.system = system_prompt(str(settings.workdir_path), settings.protocol)
-        # what each run works with: a run never sees the agent
-        self.services = Services(settings=settings, ui=self.ui, model=model, prices=self.prices,
-                                 protocol=self.protocol, budget=self.budget, contexts=self.contexts,
-                                 counter=self.counter, critic_counter=self.critic_counter,
-                                 summarizer_counter=self.summarizer_counter, system=self.system,
-                                 vectors=self.vectors, wait_for_memory=wait_for_memory, redact=self.redact,
-                                 environ=self.environ, search_backend=self.search_backend, offline=self.offline,
-                                 dotenv=self.dotenv, mcp=self.mcp)
 
     def close(self) -> None:
         """Stop what outlives a run: the MCP servers (a run's end stops them too; this is for a start that failed)."""
-        self.mcp.close()
+        self.services.mcp.close()
 
     # --- starting and resuming -------------------------------------------------------------------------------
     def run(self, objective: str, origin: dict | None = None, follows: str | None = None) -> RunResult:
@@ -137,20 +121,35 @@ class Agent:
         self._check_budget(objective, background or "")
         self._check_workdir()
         self._check_endpoint()
-        record = self.store.create()
+        made = workspace is None
+        workspace = workspace or self.workspace()  # a sandbox that cannot be had here is said before any record
         try:
-            run = Run(self.services, record, RunState(objective=objective, make_record=self.step_record),
-                      workspace=workspace, keep_workspace=keep_workspace)
-        except ConfigError:  # the sandbox asked for cannot be had here: nothing was started
-            record.close()
-            shutil.rmtree(record.dir, ignore_errors=True)
+            record = self.store.create()
+        except BaseException:
+            if made:
+                workspace.close()
             raise
+        run = Run(self.services, record, RunState(objective=objective, make_record=self.step_record), workspace,
+                  owns_workspace=made and not keep_workspace)
+        mcp = self.services.mcp
         run.emit(ev.RunStart(time=now_iso(), run_id=record.run_id, objective=objective,
                              settings={**self.settings.to_dict(), "workdir": str(self.settings.workdir_path)},
                              follows=previous, background=background,
                              extra={**(origin or {}),
-                                    **({"mcp_tools": self.mcp.definitions} if self.mcp.definitions else {})}))
+                                    **({"mcp_tools": mcp.definitions} if mcp.definitions else {})}))
         return run
+
+    def workspace(self) -> RunWorkspace:
+        """A new workspace for a run: its Python session, sandbox and limits; the MCP servers (started again if a run
+        before stopped them: the Python API's second run) stop with it."""
+        services = self.services
+        workspace = RunWorkspace(self.settings, ui=services.ui, environ=services.environ, budget=services.budget,
+                                 search_backend=services.search_backend, counter=services.summarizer_counter,
+                                 python_tools=services.commands.python_tools(), offline=services.offline)
+        if services.mcp is not None:
+            services.mcp.start()
+            workspace.mcp = services.mcp
+        return workspace
 
     def background(self, run_id: str, python_kept: bool = False) -> str:
         """What a follow-up is told of the run it continues, within the summary's share of the budget."""
@@ -179,7 +178,7 @@ class Agent:
                 "files it wrote remain where it worked." if there is None else
                 f"it worked in another directory, {there}: its files are there, not in this run's working "
                 f"directory {here}."))
-        return truncate_middle("\n".join(parts), self.counter, self.budget.summary)
+        return truncate_middle("\n".join(parts), self.services.counter, self.services.budget.summary)
 
     def resume(self, run_id: str) -> RunResult:
         record = self.store.open(run_id)
@@ -189,9 +188,8 @@ class Agent:
         self._check_budget(state.objective, state.background)
         self._check_workdir()
         self._check_endpoint()
-        run = Run(self.services, record, state, resumed=True)
+        run = Run(self.services, record, state, self.workspace(), resumed=True)
         run.emit(ev.Resume(step=state.completed_step, time=now_iso(), settings=self.settings.to_dict()))
-        run.alerts.append(RESUMED)
         return run.drive()
 
     def _check_workdir(self) -> None:
@@ -204,32 +202,34 @@ class Agent:
                 path.mkdir(parents=True)
             except OSError as exc:
                 raise ConfigError(f"--workdir {path} does not exist and cannot be made: {exc.strerror}") from None
-            self.ui.warn(f"created the work directory {path}")
+            self.services.ui.warn(f"created the work directory {path}")
 
     def _check_endpoint(self) -> None:
-        check = getattr(self.model, "check_reachable", None)
+        check = getattr(self.services.model, "check_reachable", None)
         if check is not None:
             check()
 
     def _check_budget(self, objective: str, background: str = "") -> None:
         try:
-            self.contexts.check_fits(self.system, objective, background)
+            self.services.contexts.check_fits(self.services.system, objective, background)
         except ContextOverflow as exc:
             raise ConfigError(str(exc)) from None
 
     def step_record(self, number: int, thought: str, command: str, arg: str, observation: str,
                     raw_reply: str = "", notes: tuple = (), args: dict | None = None) -> StepRecord:
-        """A step as the context shows it: every part within the per-item budget (the arguments' texts sharing
-        it); an output over it is cut to what matters to the step's thought and argument, not by position."""
-        limit = self.budget.item
+        """A step as the context shows it: the thought and argument within the per-item budget (the arguments' texts
+        sharing it), the output within the room a prompt has for one (Budget.output); an output over it is cut to
+        what matters to the step's thought and argument, not by position."""
+        counter, budget = self.services.counter, self.services.budget
+        limit = budget.item
         if args is not None:
             texts = [v for v in args.values() if isinstance(v, str)]
             share = max(20, limit // max(1, len(texts)))
-            args = {k: truncate_middle(v, self.counter, share) if isinstance(v, str) else v for k, v in args.items()}
-        return StepRecord(number, truncate_middle(thought, self.counter, limit), command,
-                          truncate_middle(arg, self.counter, limit),
-                          cut_around(observation, f"{thought} {arg}", self.counter, limit),
-                          raw_reply=truncate_middle(raw_reply, self.counter, limit), notes=notes, args=args)
+            args = {k: truncate_middle(v, counter, share) if isinstance(v, str) else v for k, v in args.items()}
+        return StepRecord(number, truncate_middle(thought, counter, limit), command,
+                          truncate_middle(arg, counter, limit),
+                          cut_around(observation, f"{thought} {arg}", counter, budget.output),
+                          raw_reply=truncate_middle(raw_reply, counter, limit), notes=notes, args=args)
 
 
 

@@ -34,6 +34,7 @@ from .batch_report import (figures, latest_results, pipe_console, preview, print
 from .config import OPTIONS_BY_NAME, ConfigError, Settings, read_dotenv, resolve_settings
 from .redaction import Redactor, redact_data
 from .runs import miniagi_command, now_iso
+from .text import json_lines
 
 RESUMABLE = ("limit", "interrupted")
 LINE_KEYS = ("id", "objective", "check", "expect", "setup")  # a .jsonl line's own keys; the rest are run options
@@ -627,11 +628,5 @@ def _safe(name: str) -> str:
 
 
 def _last_json(stdout: str) -> dict:
-    for line in reversed((stdout or "").strip().split("\n")):  # not splitlines: U+2028 may sit in the answer
-        try:
-            value = json.loads(line)
-            if isinstance(value, dict):
-                return value
-        except ValueError:
-            continue
-    return {}
+    lines = reversed((stdout or "").strip().split("\n"))  # not splitlines: U+2028 may sit in the answer
+    return next((value for value in json_lines(lines) if isinstance(value, dict)), {})

@@ -22,6 +22,7 @@ from rich.console import Console
 
 from .config import ConfigError
 from .runs import now_iso
+from .text import json_lines
 
 RESULTS_NAME = "results.jsonl"
 RECORD_MAX_BYTES = 64 * 1024  # a batch's record in the home is a few hundred bytes
@@ -58,15 +59,7 @@ def read_results(path: Path, max_bytes: int | None = None) -> tuple[list[dict], 
     lines = data.decode("utf-8", "replace").split("\n")  # not splitlines: U+2028 may sit in a string
     if cut:
         lines = lines[1:]  # the first line is likely partial
-    records = []
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict) and "id" in record:
-            records.append(record)
-    return records, cut
+    return [record for record in json_lines(lines) if isinstance(record, dict) and "id" in record], cut
 
 
 def attempt_key(record: dict) -> tuple[str, int]:

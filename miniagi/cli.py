@@ -11,7 +11,7 @@ import os
 import sys
 
 from . import __version__
-from .config import OPTIONS, ConfigError, forget_dotenv, resolve_settings
+from .config import OPTIONS, OPTIONS_BY_NAME, ConfigError, Option, forget_dotenv, resolve_settings
 from .runs import STATUSES, WHOLE_RUN_ID
 
 COMMAND_HELP = {
@@ -62,23 +62,33 @@ class Parser(argparse.ArgumentParser):
                    f"`{self.prog} --help` lists them")
 
 
+def _add_option(group, option: Option) -> None:
+    """One option as it is declared: its flags, environment names, default and help."""
+    env = ", ".join(option.env_names)
+    if option.negated_alias:
+        env += f"; {option.negated_alias}=false means the same, as in MiniAGI"
+        env = env.replace(f", {option.negated_alias};", ";")
+    default = f" (default: {option.default_text})" if option.default_text and not option.boolean else ""
+    if option.boolean:
+        action = argparse.BooleanOptionalAction if option.negatable else "store_const"
+        extra = {} if option.negatable else {"const": True}
+        group.add_argument(*option.flags, dest=option.name, action=action, default=None,
+                           help=f"{option.help} [{env}]", **extra)
+    else:
+        group.add_argument(*option.flags, dest=option.name, metavar=option.metavar, default=None,
+                           action="append" if option.repeatable else "store", help=f"{option.help}{default} [{env}]")
+
+
+def _add_options(parser: argparse.ArgumentParser, *names: str) -> None:
+    """Run options another command takes too (--home), as they are declared."""
+    for name in names:
+        _add_option(parser, OPTIONS_BY_NAME[name])
+
+
 def _add_run_options(parser: argparse.ArgumentParser, with_json: bool = True) -> None:
     group = parser.add_argument_group("options (each also an environment variable; flag > env > ./.env > default)")
     for option in OPTIONS:
-        env = ", ".join(option.env_names)
-        if option.negated_alias:
-            env += f"; {option.negated_alias}=false means the same, as in MiniAGI"
-            env = env.replace(f", {option.negated_alias};", ";")
-        default = f" (default: {option.default_text})" if option.default_text and not option.boolean else ""
-        if option.boolean:
-            action = argparse.BooleanOptionalAction if option.negatable else "store_const"
-            extra = {} if option.negatable else {"const": True}
-            group.add_argument(*option.flags, dest=option.name, action=action, default=None,
-                               help=f"{option.help} [{env}]", **extra)
-        else:
-            group.add_argument(*option.flags, dest=option.name, metavar=option.metavar, default=None,
-                               action="append" if option.repeatable else "store",
-                               help=f"{option.help}{default} [{env}]")
+        _add_option(group, option)
     if with_json:
         parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
 
@@ -99,7 +109,6 @@ MAIN_RUN_OPTIONS = ("model", "yes", "max_steps", "max_cost", "workdir", "protoco
 def _main_options() -> str:
     import textwrap
 
-    from .config import OPTIONS_BY_NAME
 
     lines = []
     for name in MAIN_RUN_OPTIONS:
@@ -149,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     runs = commands.add_parser("runs", help=COMMAND_HELP["runs"], description=COMMAND_HELP["runs"])
     runs.add_argument("--status", choices=STATUSES, help="only runs with this status")
     runs.add_argument("--json", action="store_true", help="print a JSON array of the runs' results")
-    runs.add_argument("--home", default=None, help="where runs live [MINIAGI_HOME]")
+    _add_options(runs, "home")
 
     show = commands.add_parser("show", help=COMMAND_HELP["show"], description=COMMAND_HELP["show"])
     show.add_argument("run_id", help="the run's id, a unique prefix of it, or last (the newest run)")
@@ -158,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--json", action="store_true", help="print the result and every trace event as JSON")
     show.add_argument("--prompt", type=int, default=None, metavar="N",
                       help="the messages the model was sent for step N (redacted), with what each part covers")
-    show.add_argument("--home", default=None, help="where runs live [MINIAGI_HOME]")
+    _add_options(show, "home")
 
     batch = commands.add_parser("batch", help=COMMAND_HELP["batch"], description=COMMAND_HELP["batch"] + ". FILE is "
                                 "a .txt (one objective per line) or a .jsonl ({\"id\", \"objective\", optionally "
@@ -195,7 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("-y", "--yes", dest="yes", action="store_const", const=True, default=None,
                         help="run commands without asking for approval")
     replay.add_argument("--workdir", default=None, help="run the commands here instead of the recorded workdir")
-    replay.add_argument("--home", default=None, help="where runs live [MINIAGI_HOME]")
+    _add_options(replay, "home")
     replay.add_argument("--json", action="store_true", help="print the report as one JSON object")
 
     ui = commands.add_parser("ui", help=COMMAND_HELP["ui"], description=COMMAND_HELP["ui"] + ": start a run or a chat, "
@@ -204,7 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     ui.add_argument("--host", default="127.0.0.1", help="where to listen (default 127.0.0.1: this machine only)")
     ui.add_argument("--port", type=int, default=8765, help="default 8765")
     ui.add_argument("--open", action="store_true", help="open it in the browser")
-    ui.add_argument("--home", default=None, help="where runs live [MINIAGI_HOME]")
+    _add_options(ui, "home")
     ui.add_argument("--workdir", action="append", default=None, metavar="DIR",
                     help="a work directory runs started from the browser may use, besides this folder (repeatable)")
 
@@ -232,11 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     memory.add_argument("--all", action="store_true", help="also show results below the relevance cut-off (search)")
     memory.add_argument("--run", default=None, help="only this run's memories (search, clear)")
     memory.add_argument("--json", action="store_true", help="print JSON")
-    memory.add_argument("--home", default=None, help="where the memory lives [MINIAGI_HOME]")
-    memory.add_argument("--embedding-model", dest="embedding_model", default=None,
-                        help="local or an endpoint model [MINIAGI_EMBEDDING_MODEL]")
-    memory.add_argument("--memory-url", dest="memory_url", default=None,
-                        help="a chromadb server holding the memory [MINIAGI_MEMORY_URL]")
+    _add_options(memory, "home", "embedding_model", "memory_url")
     memory.add_argument("-y", "--yes", action="store_true", help="clear without asking (clear)")
     parser.commands = commands.choices  # each subcommand's own parser, for its own usage errors
     return parser
@@ -338,8 +343,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
         from .ui import visible
 
-        agent.ui.echo_objective = False  # the person just typed it
-        agent.ui.say(f"[bold]miniagi chat[/] · model {escape(visible(settings.model))} · folder "
+        agent.services.ui.echo_objective = False  # the person just typed it
+        agent.services.ui.say(f"[bold]miniagi chat[/] · model {escape(visible(settings.model))} · folder "
                      f"{escape(visible(str(settings.workdir_path)))}\n[dim]{CHAT_HELP.splitlines()[0]}[/]")
     try:
         previous = _followed(args, agent.store, settings.workdir_path)
@@ -390,7 +395,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     if said:
         again = resume_flags(recorded, leave=tuple(name for name in recorded.__dataclass_fields__
                                                    if name not in said))
-        agent.ui.warn("not taken from the run's trace: " + "; ".join(differences[name] for name in said)
+        agent.services.ui.warn("not taken from the run's trace: " + "; ".join(differences[name] for name in said)
                       + f". To run with them, add `{again.strip()}` to the command")
     try:
         result = agent.resume(args.run_id)
@@ -544,7 +549,7 @@ def _memory_action(args: argparse.Namespace, vectors, settings, where, redact) -
 
 def _clear_memory(args: argparse.Namespace, vectors, settings, where) -> None:
     """Deleting memories is never done unasked: a terminal asks, anything else needs --yes."""
-    from .ui import plural
+    from .text import plural
 
     count = vectors.count(where)
     what = f"the {count} memories of run {args.run}" if args.run else f"ALL {count} memories (every run's)"

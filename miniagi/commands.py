@@ -1,9 +1,11 @@
 """The commands the model can use: one typed Python function each, registered in one table.
 
 A command is a function `name(workspace, parameter: type, …)` with a docstring. Everything the model sees of it is
-generated from that one definition: the tags help (the tags format joins several arguments into one text, in its
-own module), the tools and json schemas (one typed property per parameter), and, for the commands marked `python`,
-a function of the same signature inside execute_python. Adding a command is writing one function. The docstring's
+generated from that one definition: the tags help and the one text several arguments are joined into (`Command.text`
+and `parse`), the tools and json schemas (one typed property per parameter), and, for the commands marked `python`,
+a function of the same signature inside execute_python. Adding a command is writing one function. A command of
+another shape (an MCP tool, miniagi/mcp_tools.py) overrides those methods; each agent's `CommandTable` holds the
+built-in commands and its own MCP tools. The docstring's
 first paragraph says what the command does; a later line `parameter: text` describes each parameter for the schemas
 (required: a command with an undescribed parameter is refused when it is defined).
 
@@ -19,10 +21,10 @@ import json
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, ClassVar, Protocol
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping, Protocol
 
 from .sources import SourceError, is_url
-from .ui import plural
+from .text import plural
 from .websearch import SearchUnavailable
 
 if TYPE_CHECKING:
@@ -73,8 +75,8 @@ class DocumentShelf(Protocol):
 
 
 class Workspace(Protocol):
-    """What a command may use: the work directory, code execution, the person, the web, sources, documents and
-    the summarizer model. Implemented by miniagi.workspace.RunWorkspace."""
+    """What a command may use: the work directory, code execution, the person, the web, sources, documents, the
+    run's memory (recall) and the summarizer model. Implemented by miniagi.workspace.RunWorkspace."""
 
     workdir: Path
     counter: TokenCounter  # the summarizer model's tokens
@@ -96,6 +98,8 @@ class Workspace(Protocol):
     def summarize(self, prompt: str) -> str: ...
 
     def progress(self, text: str) -> None: ...
+
+    def recall(self, query: str) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -139,10 +143,6 @@ class Command:
         arguments = ", ".join(f"{p.name}: {p.type}" for p in self.parameters)
         return f"{self.name}({arguments})" + (f" -> {self.returns}" if returns else "")
 
-    # its argument is one JSON object whatever its parameters (an MCP tool's, miniagi/mcp_tools.py): the tags
-    # format writes it as JSON, and the command reads it itself (its `parse`, `text`, `placeholders`)
-    json_argument: ClassVar[bool] = False
-
     def python_spec(self) -> dict:
         """Its function inside execute_python, for the Python worker: name, typed parameters, return type, doc."""
         return {"name": self.name, "params": [[p.name, p.type] for p in self.parameters], "returns": self.returns,
@@ -165,8 +165,89 @@ class Command:
         result = self.run(workspace, **{p.name: args[p.name] for p in self.parameters})
         return result if isinstance(result, Outcome) else Outcome(observation=result)
 
+    # --- how its arguments are written: a command of another shape (an MCP tool's one JSON object) overrides these
+    def text(self, args: dict) -> str:
+        """The arguments as one text, joined with "|" (a list's items each after its own |): the tags format's
+        argument, what the terminal shows and the loop compares."""
+        parts = []
+        for parameter in self.parameters:
+            value = args.get(parameter.name)
+            if value is not None:
+                parts.extend(value if isinstance(value, list) else [value])
+        return "|".join(str(part) for part in parts)
 
+    def parse(self, text: str) -> dict:
+        """The arguments of a text form. One parameter takes the whole text. Several are split at "|": a closing
+        list takes the trailing parts that look like paths, URLs or result numbers (at least the last part), and the
+        first parameter takes whatever is left over, so it may itself contain a "|"."""
+        text = text.strip()
+        if not text or not self.parameters:
+            return {}
+        if len(self.parameters) == 1:
+            return {self.parameters[0].name: self.parameters[0].value(text)}
+        parts = [part.strip() for part in text.split("|")]
+        *leading, last = self.parameters
+        tail: list[str] = []
+        if len(parts) > len(leading):
+            tail.append(parts.pop())
+            while last.is_list and len(parts) > len(leading) and _ITEM.fullmatch(parts[-1]):
+                tail.insert(0, parts.pop())
+        extra = max(0, len(parts) - len(leading))
+        values = ["|".join(parts[:extra + 1]), *parts[extra + 1:]]
+        args = {p.name: value for p, value in zip(leading, values) if value}
+        if tail:
+            args[last.name] = tail if last.is_list else tail[0]
+        return args
+
+    def placeholders(self) -> dict:
+        """Its arguments as placeholders: {"question": "…", "sources": ["…"]}."""
+        return {p.name: ["…"] if p.is_list else "…" for p in self.parameters}
+
+    def help_argument(self) -> str:
+        """How the tags help names its argument: QUESTION|SOURCE[|…] (a list's items each after its own |)."""
+        return "|".join(f"{p.name.upper().removesuffix('S')}[|…]" if p.is_list else p.name.upper()
+                        for p in self.parameters)
+
+    def python_signature(self) -> str:
+        """How the system prompt lists it among the functions inside execute_python ("": not listed)."""
+        return self.signature() if self.python else ""
+
+
+_ITEM = re.compile(r"\S*[./:\d]\S*")  # a list item in the text form: a path, a URL, a result number
+
+# the built-in commands, filled as this module is imported (by @command) and never changed after: an agent's own
+# table (CommandTable) adds its MCP tools
 COMMANDS: dict[str, Command] = {}
+
+
+class CommandTable(Mapping[str, Command]):
+    """An agent's commands by name: the built-in ones and its MCP servers' tools, made once and handed to its reply
+    format, system prompt, Python worker and runs."""
+
+    def __init__(self, more: Iterable[Command] = ()):
+        self._by_name = {**COMMANDS, **{c.name: c for c in more}}
+
+    def __getitem__(self, name: str) -> Command:
+        return self._by_name[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._by_name)
+
+    def __len__(self) -> int:
+        return len(self._by_name)
+
+    def actions(self) -> list[Command]:
+        """The commands the model may reply with."""
+        return [c for c in self._by_name.values() if c.action]
+
+    def python_tools(self) -> list[dict]:
+        """The commands code can call from execute_python, for the Python worker: name, typed parameters, return
+        type and what it does."""
+        return [c.python_spec() for c in self._by_name.values() if c.python]
+
+    def code_commands(self) -> frozenset[str]:
+        """Commands whose argument is code run on the user's machine."""
+        return frozenset(c.name for c in self._by_name.values() if c.needs_approval)
 
 
 def command(needs_approval: bool = False, python: bool = False, action: bool = True, returns: str = "str"):
@@ -197,19 +278,8 @@ def command(needs_approval: bool = False, python: bool = False, action: bool = T
 
 
 def actions() -> list[Command]:
-    """The commands the model may reply with."""
-    return [c for c in COMMANDS.values() if c.action]
-
-
-def python_tools() -> list[dict]:
-    """The commands code can call from execute_python, for the Python worker: name, typed parameters, return
-    type and what it does."""
-    return [c.python_spec() for c in COMMANDS.values() if c.python]
-
-
-def code_commands() -> frozenset[str]:
-    """Commands whose argument is code run on the user's machine."""
-    return frozenset(c.name for c in COMMANDS.values() if c.needs_approval)
+    """The built-in commands the model may reply with."""
+    return CommandTable().actions()
 
 
 def untrusted(label: str, text: str) -> str:
@@ -234,8 +304,8 @@ def memorize_thoughts(workspace: Workspace, text: str) -> Outcome:
 
 @command(needs_approval=True)
 def execute_python(workspace: Workspace, code: str) -> str:
-    """Run Python in a persistent session (variables, imports and functions stay); you see the output, a traceback
-    on error and the value of a trailing expression.
+    """Run Python in a persistent session (variables, imports, functions stay); you see the output, a traceback and
+    a trailing expression's value.
 
     code: Python source (no fence needed)
     """
@@ -244,7 +314,7 @@ def execute_python(workspace: Workspace, code: str) -> str:
 
 @command(needs_approval=True)
 def execute_shell(workspace: Workspace, command_line: str) -> str:
-    """Run one shell command line in the working directory, with no input; you see its exit code and output. Start
+    """Run one shell command line in the working directory, no input; you see its exit code and output. Start
     servers from execute_python with subprocess.Popen.
 
     command_line: one line for bash
@@ -286,8 +356,8 @@ def _source_spec(workspace: Workspace, spec: str) -> str:
 
 @command(python=True)
 def ingest_data(workspace: Workspace, source: str) -> str | Outcome:
-    """Read a file (text, HTML, PDF, CSV, code…) or web page: its full text when short, else a summary; all of it
-    is stored in memory for later steps to recall.
+    """Read a file (text, HTML, PDF, CSV, code…) or web page: its text when short, else a summary; all of it is
+    stored for recall.
 
     source: a file path, an http(s) URL or the number of a web_search result
     """
@@ -397,6 +467,16 @@ def process_data(workspace: Workspace, question: str, sources: list[str]) -> str
         parts.append(f"Answer to {question!r}, read over all of {read_over}:\n"
                      + untrusted(f"answer drawn from {read_over}", body))
     return "\n\n".join(parts)
+
+
+@command(python=True)
+def recall(workspace: Workspace, query: str) -> str:
+    """Search all you saw (outputs, notes, summaries, documents) by exact words or meaning: whole items, each with
+    its step.
+
+    query: exact words (a name, number, code, file name) or what it was about
+    """
+    return workspace.recall(query)
 
 
 @command(python=True)

@@ -114,15 +114,14 @@ class FormatError(Event):
 
 @dataclass
 class SummaryFolded(Event):
-    """Steps left the view: the summary covering them, or the steps in brief, took their place (and their notes
-    moved to the head)."""
+    """Steps left the view: the summary covering them took their place (and their notes moved to the head). An
+    older trace's briefed_through (steps once shown in brief) is kept in `extra`, unused."""
 
     type: ClassVar[str] = "summary"
     text: str = ""
     through_step: int = 0
     notes_digest: str | None = optional()  # the digest of the oldest notes, once they outgrew their room
     notes_through: int | None = optional()  # the notes of the steps up to this one are in the digest
-    briefed_through: int | None = optional()  # the steps after through_step up to this one are shown in brief
 
 
 @dataclass

@@ -32,7 +32,7 @@ import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, Iterable
 
 from .commands import COMMANDS, Command, Outcome, Parameter, untrusted
 from .config import ConfigError
@@ -196,7 +196,6 @@ class McpCommand(Command):
     server: str = ""
     tool: str = ""
     input_schema: dict = field(default_factory=dict, compare=False)
-    json_argument: ClassVar[bool] = True
 
     @property
     def properties(self) -> dict:
@@ -230,6 +229,10 @@ class McpCommand(Command):
                                 if isinstance(spec, dict) else spec for name, spec in self.properties.items()}
         return schema
 
+    def python_signature(self) -> str:
+        return ""  # its keys are in its help: one sentence of the system prompt says how code calls a tool
+
+    # its argument is one JSON object, written and read as JSON (by every format, the tags' too)
     def placeholders(self) -> dict:
         return {name: _placeholder(self.properties[name]) for name, needed in self._ordered() if needed}
 
@@ -292,9 +295,10 @@ class McpCommand(Command):
         return self.run(self, args)
 
 
-def python_note() -> str:
-    """What the system prompt says of the MCP tools inside execute_python (their list is the commands' own)."""
-    tools = [c for c in COMMANDS.values() if isinstance(c, McpCommand)]
+def python_note(commands: Iterable[Command]) -> str:
+    """What the system prompt says of the MCP tools among the commands, inside execute_python (their list is the
+    commands' own)."""
+    tools = [c for c in commands if isinstance(c, McpCommand)]
     if not tools:
         return ""
     example = next((c for c in tools if c.placeholders()), tools[0])
@@ -337,29 +341,6 @@ def make_commands(definitions: list[dict], call: Callable[[McpCommand, dict], Ou
         commands[name] = McpCommand(name, doc, parameters, call, needs_approval=needs_approval, python=True,
                                     server=definition["server"], tool=definition["tool"], input_schema=schema)
     return list(commands.values())
-
-
-def register(commands: list[McpCommand]) -> None:
-    for command in commands:
-        COMMANDS[command.name] = command
-    _commands_changed()
-
-
-def unregister(commands: list[McpCommand]) -> None:
-    for command in commands:
-        if COMMANDS.get(command.name) is command:
-            del COMMANDS[command.name]
-    _commands_changed()
-
-
-def _commands_changed() -> None:
-    """The formats build their request from the command table once: built again with the table changed."""
-    from .protocols import formats
-
-    for reply_format in formats().values():
-        clear = getattr(type(reply_format).request, "cache_clear", None)
-        if clear is not None:
-            clear()
 
 
 # --- results --------------------------------------------------------------------------------------------------------
@@ -491,7 +472,6 @@ class McpTools:
                                   "description": tool.description or "", "input_schema": tool.input_schema}
                                  for tool in tools]
         self.commands = make_commands(self.definitions, self.call, warn=self.warn)
-        register(self.commands)
 
     async def _serve(self, server: _Server) -> None:
         """Hold one server's connection until told to stop (the SDK's contexts open and close in one task)."""
@@ -594,9 +574,8 @@ class McpTools:
             self.loop.call_soon_threadsafe(server.stop.set)
 
     def close(self) -> None:
-        """Stop every server (each ends its connection and its process) and forget their commands."""
-        unregister(self.commands)
-        self.commands = []
+        """Stop every server (each ends its connection and its process). Their commands stay in the agent's table:
+        a call of one finds its server again once `start` has started them again."""
         if self.loop is None:
             return
         for server in self.servers.values():
@@ -639,7 +618,6 @@ class RecordedMcp:
     def start(self) -> None:
         if not self.commands and self.definitions:
             self.commands = make_commands(self.definitions, self.call, needs_approval=False)
-            register(self.commands)
 
     def call(self, command: McpCommand, args: dict) -> Outcome:
         queue = self.calls.get(command.name)
@@ -653,5 +631,4 @@ class RecordedMcp:
         return outcome(command, text, ok, own)
 
     def close(self) -> None:
-        unregister(self.commands)
-        self.commands = []
+        pass  # no server was started

@@ -3,7 +3,6 @@ commands again, and report the first step whose observation differs from the rec
 
 from __future__ import annotations
 
-import json
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +12,7 @@ from .commands import COMMANDS
 from .config import ConfigError, Settings
 from .model import Completion, ScriptExhausted, ToolCall, local_completion
 from .runs import RunRecord, RunStore
+from .text import json_lines
 from .trust import narrowed
 
 
@@ -94,13 +94,7 @@ class Recording:
 def load_recording(source: str, store: RunStore) -> Recording:
     path = Path(source).expanduser()
     if path.is_file():
-        events = []
-        for line in path.read_text(encoding="utf-8").split("\n"):  # not splitlines: U+2028 may be inside a string
-            try:
-                events.append(json.loads(line))
-            except ValueError:
-                continue
-        return Recording.from_events(events, str(path))
+        return Recording.from_events(list(json_lines(path.read_text(encoding="utf-8").split("\n"))), str(path))
     record: RunRecord = store.open(source)
     return Recording.from_events(list(record.events()), record.run_id)
 

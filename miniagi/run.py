@@ -19,12 +19,13 @@ import traceback
 from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 
+from memory.archive import Archive, archive_path
 from memory.run_memory import RunMemory
 
 from . import critic
 from . import events as ev
 from .checkpoints import open_checkpoints
-from .commands import COMMANDS, Outcome, code_commands
+from .commands import Outcome
 from .config import OPTIONS_BY_NAME, ConfigError
 from .execution import cap_text
 from .loops import STOP_AFTER, WARN_AFTER
@@ -36,11 +37,13 @@ from .services import Services
 from .state import RunState
 from .trust import resume_flags
 from .model_view import PromptLog
-from .ui import plural
+from .text import plural
 from .stops import EXIT_CODES, Ending, LimitReached, Stop, Stuck, Submitted, TooManyFormatErrors, ending_for
 from .websearch import SearchResult
 from .workspace import RunWorkspace
 
+RESUMED = ("NOTE: this run was interrupted and has been resumed. The Python session was restarted: variables, imports "
+           "and functions from earlier steps are gone; files on disk remain.")
 MAX_FORMAT_ERRORS = 3  # malformed replies in a row before the run is given up
 RUNNING_SAVE_S = 0.5  # result.json of a running run is rewritten at most this often
 SWITCH_INTERVAL_S = 0.0002  # how often the interpreter may hand the GIL to another thread while a run goes
@@ -61,14 +64,17 @@ class RunResult:
 
 
 class Run:
-    def __init__(self, services: Services, record: RunRecord, state: RunState, *, resumed: bool = False,
-                 workspace: RunWorkspace | None = None, keep_workspace: bool = False):
+    def __init__(self, services: Services, record: RunRecord, state: RunState, workspace: RunWorkspace, *,
+                 owns_workspace: bool = True, resumed: bool = False):
         self.services, self.settings, self.ui = services, services.settings, services.ui
         self.record, self.state, self.resumed = record, state, resumed
+        workdir = str(self.settings.workdir_path)
         self.memory = RunMemory(builder=services.contexts, summarizer_counter=services.summarizer_counter,
                                 ask_summarizer=self.summarize, store=services.vectors, scope=self.settings.memory_scope,
                                 run_id=record.run_id, state=state,
-                                workdir=str(self.settings.workdir_path), code_commands=code_commands())
+                                workdir=workdir, code_commands=services.commands.code_commands(),
+                                archive=Archive(archive_path(record.dir), record.run_id, workdir, services.redact),
+                                runs_root=record.dir.parent)
         self.memory.notify = self.ui.progress  # the loop waits for a summary before steps leave the view
         self.model_view = PromptLog(record.dir, services.redact)  # what the model saw, for show --prompt N
         self.covers: dict = {}  # what the parts of the next agent prompt cover
@@ -76,23 +82,17 @@ class Run:
         self._saved_at = float("-inf")
         self._save_timer: threading.Timer | None = None
         self._ended = False  # the final result is written: nothing more is
-        # a chat hands each run the workspace of the one before (its Python session goes on) and keeps the one its
-        # first run makes (keep_workspace): the run closes only a workspace it made and was not asked to keep
-        self.owns_workspace = workspace is None and not keep_workspace
-        if workspace is None and services.mcp is not None:  # servers a run before stopped (the Python API's)
-            services.mcp.start()
-        self.workspace = workspace or RunWorkspace(self.settings, ui=services.ui, environ=services.environ,
-                                                   budget=services.budget, search_backend=services.search_backend,
-                                                   counter=services.summarizer_counter, offline=services.offline)
+        # a chat's runs share one workspace (its Python session goes on), which the chat closes at its end
+        self.workspace, self.owns_workspace = workspace, owns_workspace
         self.workspace.attach(memory=self.memory, summarize=self.summarize, step=lambda: self.state.step,
                               tool_handler=self.call_tool)
-        if services.mcp is not None:  # the servers stop with the workspace (a chat's, at its end)
-            self.workspace.mcp, services.mcp.record = services.mcp, self.record_mcp_call
+        if services.mcp is not None:
+            services.mcp.record = self.record_mcp_call
         if state.last_search and not self.workspace.last_search:  # resumed: a result's number still names its URL
             self.workspace.last_search = [SearchResult(**result) for result in state.last_search]
         self.recorded_search = self.workspace.last_search
         self.nested = Outcome()  # notes and memories of the commands code called during this step
-        self.alerts: list[str] = []  # for the next prompt only: loop warnings, the note that the run was resumed
+        self.alerts = [RESUMED] if resumed else []  # for the next prompt only: loop warnings, the note on resuming
         self.isolation: str | None = None  # the sandbox executed code runs in (bwrap, namespace, none)
         self.recall_first = True  # whether step 1 recalls (a new run whose store holds nothing for it does not)
         # one event at a time into the trace and the state: a model call may end on another thread (a summary)
@@ -299,8 +299,8 @@ class Run:
             self.emit(ev.Recall(step=number, ids=[item.id for item in self.memory.last_recalled],
                                 items=[item.to_json() for item in self.memory.last_recalled]))
         if self.memory.failure:
-            self.ui.warn(f"vector memory disabled for this run: {self.memory.failure}")
-            self.emit(ev.Error(step=state.step, text=f"vector memory: {self.memory.failure}"))
+            self.ui.warn(self.memory.failure)
+            self.emit(ev.Error(step=state.step, text=self.memory.failure))
             self.memory.failure = ""
         self.ui.debug_context(context.messages)
         return context.messages
@@ -317,7 +317,7 @@ class Run:
 
     def act(self, action: Decision, spinner: bool = True) -> Outcome:
         """Run the action's command (after approval); a failing command is an observation, never the end."""
-        command = COMMANDS[action.command]
+        command = action.definition
         missing = command.missing(action.args)
         if missing:
             return Outcome(f"{command.name} needs {' and '.join(missing)}; nothing was done. "
@@ -345,14 +345,14 @@ class Run:
         """A command called as a function by code in execute_python (its arguments by name, as a JSON object): run
         as an action of the step would be (approval, limits, redaction, cost); its notes, memories and hint join
         the step's."""
-        command = COMMANDS.get(name)
+        command = self.services.commands.get(name)
         if command is None or not command.python:
             return {"error": f"{name} cannot be called from Python"}
         args = command.arguments(json.loads(arguments or "{}"))
         if command.missing(args):
             return {"error": f"{name} needs {' and '.join(command.missing(args))}: {command.signature()}"}
         try:
-            outcome = self.act(Decision(thought="", command=name, args=args), spinner=False)
+            outcome = self.act(Decision(thought="", definition=command, args=args), spinner=False)
         except Stop as stop:  # a limit: the code hears of it; the loop stops at its next check
             return {"error": str(stop)}
         calls = len(self.nested.memories) + len(self.nested.notes)
@@ -387,7 +387,7 @@ class Run:
                                  files=self.checkpoints.files(number)))
         notes = [self.memory.item("note", note, number, suffix=str(i) if i else "")
                  for i, note in enumerate(outcome.notes)]
-        self.remember(*self.memory.step_items(self.state.steps[-1]), *notes,
+        self.remember(*self.memory.step_items(self.state.steps[-1], observation), *notes,
                       *[self.memory.item(m.kind, m.text, number, suffix=m.key) for m in outcome.memories])
 
     def critique(self) -> None:
@@ -488,9 +488,8 @@ class Run:
         return self.ask("summarizer", [{"role": "user", "content": prompt}], self.state.step).text
 
     def remember(self, *items) -> None:
-        """Vector memory helps but is not essential: if it fails, the run goes on without it."""
-        if self.memory.store is None:
-            return
+        """Kept in the run's archive; vector memory helps but is not essential: if it fails, the run goes on without
+        it."""
         try:
             self.memory.remember(*items)
         except Exception as exc:  # chromadb or the embedder failing must not end the run

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from memory.store import VectorMemory
     from memory.tokens import TokenCounter
 
+    from .commands import CommandTable
     from .config import Settings
     from .mcp_tools import McpTools
     from .model import Model, PriceTable
@@ -29,7 +30,8 @@ class Services:
     # the model and what its calls cost (a replay's model has no prices: it costs nothing)
     model: Model
     prices: PriceTable
-    protocol: ReplyFormat  # the reply format: what a request adds, how a reply is read and a step shown
+    commands: CommandTable  # the built-in commands and the agent's MCP tools: what the model and code may call
+    protocol: ReplyFormat  # the reply format, offering those: what a request adds, how a reply is read and shown
     # the token budget, the prompt builder within it and the token counters of each role's model
     budget: Budget
     contexts: ContextBuilder

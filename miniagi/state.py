@@ -6,13 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from memory.context import StepRecord, Summary
+from memory.context import NOTE_COMMAND, StepRecord, Summary
 
 from . import events as ev
 from .config import ConfigError
 from .loops import LoopDetector
-
-LEGACY_NOTE_COMMAND = "memorize_thoughts"  # traces older than Observation.notes: the command's argument was the note
 
 # (number, thought, command, arg, observation, raw_reply, notes, args) → the step as the context shows it
 MakeRecord = Callable[..., StepRecord]
@@ -99,7 +97,7 @@ class RunState:
         if action is None or action.step != event.step:
             return
         notes = event.notes if event.notes is not None else (
-            [action.arg] if action.command == LEGACY_NOTE_COMMAND else [])
+            [action.arg] if action.command == NOTE_COMMAND else [])  # traces older than Observation.notes
         record = self.make_record(action.step, action.thought, action.command, action.arg, event.text,
                                   notes=tuple(notes), args=action.args)
         self.steps.append(record)
@@ -117,8 +115,7 @@ class RunState:
 
     def _on_SummaryFolded(self, event: ev.SummaryFolded) -> None:
         self.summary = Summary(text=event.text, through_step=event.through_step,
-                               notes_digest=event.notes_digest or "", notes_through=event.notes_through or 0,
-                               briefed_through=event.briefed_through or 0)
+                               notes_digest=event.notes_digest or "", notes_through=event.notes_through or 0)
 
     def _on_CriticReview(self, event: ev.CriticReview) -> None:
         self.criticism = event.text

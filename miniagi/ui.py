@@ -22,6 +22,7 @@ from rich.spinner import Spinner
 from rich.text import Text
 
 from . import events as ev
+from .text import plural
 
 ARG_PREVIEW_LINES = 3
 OBSERVATION_PREVIEW_LINES = 6
@@ -77,10 +78,6 @@ def make_console(stderr: bool = False) -> Console:
     return console
 
 
-def plural(count: int, noun: str, many: str | None = None) -> str:
-    return f"{count} {noun}" if count == 1 else f"{count:,} {many or noun + 's'}"
-
-
 def calls(result: dict) -> str:
     """The model calls of a run; a replay makes none, it answers from the recording."""
     text = plural(result.get("llm_calls") or 0, "model call")
@@ -111,6 +108,11 @@ class Terminal:
         self.live_output: list[str] = []  # the lines the last command printed, as shown while it ran
         self.echo_objective = True  # not in a chat: the person just typed it
         self.reply_format = None  # the run's ReplyFormat, which reads an agent's reply as it streams in
+
+    def serve(self, redact: Callable[[str], str], reply_format=None, shown_whole: set[str] = frozenset()) -> None:
+        """What the agent it shows tells it, as soon as it knows it: its secret gate, the format that reads its
+        replies as they stream in, the commands whose approval panel shows their argument whole."""
+        self.redact, self.reply_format, self.approved = redact, reply_format, set(shown_whole)
 
     @property
     def live(self) -> bool:

@@ -12,7 +12,6 @@ from memory.budget import Budget
 from memory.run_memory import RunMemory
 from memory.tokens import TokenCounter
 
-from .commands import python_tools
 from .execution import CodeRunner
 from .sources import Document, SourceError, is_url, read_source
 from .websearch import SearchBackend, SearchResult, SearchUnavailable, search
@@ -25,13 +24,15 @@ class MemoryShelf:
         self.memory = memory
 
     def forget(self, source: str) -> int:
+        self.memory.forget_document(source)
         return self.memory.store.delete({"source": source})
 
     def store(self, source: str, label: str, parts: list[str], start: int, total: int) -> None:
         prefix = f"doc:{hashlib.sha1(source.encode()).hexdigest()[:16]}"
-        self.memory.store.add([self.memory.document_item(f"{prefix}:{i}", f"{label} [part {i + 1}/{total}]\n{part}",
-                                                         source, i)
-                               for i, part in enumerate(parts, start=start)])
+        items = [self.memory.document_item(f"{prefix}:{i}", f"{label} [part {i + 1}/{total}]\n{part}", source, i)
+                 for i, part in enumerate(parts, start=start)]
+        self.memory.archive_items(items)
+        self.memory.store.add(items)
 
 
 class RunWorkspace:
@@ -39,12 +40,12 @@ class RunWorkspace:
     another, share one workspace and its Python session."""
 
     def __init__(self, settings, *, ui, environ: Mapping[str, str], budget: Budget, search_backend: SearchBackend,
-                 counter: TokenCounter, offline: bool = False):
+                 counter: TokenCounter, python_tools: list[dict], offline: bool = False):
         self.settings = settings
         self.ui = ui
         self.workdir: Path = settings.workdir_path
         # its sandbox and limits; code calls the agent's commands through tool_handler
-        self.execution = CodeRunner(settings, environ, budget.item_chars, tools=python_tools(),
+        self.execution = CodeRunner(settings, environ, budget.item_chars, tools=python_tools,
                                     tool_handler=self._code_calls)
         # what code prints, shown as it prints it (in a terminal: elsewhere the output is not read twice)
         self.execution.on_output = ui.code_line if getattr(ui, "live", False) else None
@@ -52,6 +53,9 @@ class RunWorkspace:
         self.counter = counter
         self.chunk_budget = budget.summarizer_chunk
         self.answer_tokens = budget.answer
+        # what one recall shows: no more than an output kept in view, nor than a small prompt has room for beside its
+        # head (shown cut, recall's answer could lose what it found)
+        self.recall_tokens = min(budget.item, budget.context // 4)
         self.last_search: list[SearchResult] = []
         self.offline = offline  # a replay's: the agent's own commands reach no network
         self.memory: RunMemory | None = None
@@ -119,6 +123,9 @@ class RunWorkspace:
 
     def progress(self, text: str) -> None:
         self.ui.progress(text)
+
+    def recall(self, query: str) -> str:
+        return self.memory.recall(query, self.recall_tokens)
 
     def close(self) -> None:
         self.execution.close()

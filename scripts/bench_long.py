@@ -20,7 +20,17 @@ From each agent request the server received it counts:
   and in the last), and the most steps in brief awaiting the summary;
 - summarizer calls, and the prompt tokens of all calls (every role, as the budget counts).
 
+With --steps N the run is N steps long and ends with questions: --ask facts, spread over steps 1-N, each asked for
+through the `recall` command (query: "pump in bay K rpm"); exact recall is the share of those whose recall showed
+the fact whole. Every tenth step's output also says "The door code is now DOOR-K." (a value a later step replaces),
+and the summarizer keeps to the words it is told (the newest facts first, then a line saying what it moved out).
+Automatic recall is measured item by item: a duplicate shows a fact or note the request holds elsewhere already; a
+stale item shows a door code a later step replaced, unlabelled. --price measures memory on against memory off over
+the same 30 steps: the run's CPU time and peak RSS (os.wait4 on the child process).
+
     python scripts/bench_long.py                               # budgets 3000 and 8000, the tags protocol
+    python scripts/bench_long.py --steps 300 --protocols tags,json
+    python scripts/bench_long.py --price
     python scripts/bench_long.py --budgets 2500 --protocols tags,tools,json
     python scripts/bench_long.py --before 0f15e96              # and the same for an earlier commit
 """
@@ -41,7 +51,9 @@ from memory.context import MESSAGE_OVERHEAD, REPLY_PRIMING, message_text
 from memory.tokens import counter_for
 from tests.fake_llm import Calls, FakeLLM, rendered_prompt
 
-STEPS = 36  # the last one says done
+STEPS = 36  # the last one says done (--steps)
+ASKED: list[int] = []  # the fact steps asked for through recall at the end (--steps, --ask)
+DOOR_EVERY = 10  # every this many steps, an output also says the door code, a value the next such step replaces
 AGENT_MODEL, SUMMARIZER_MODEL = "gpt-4o-mini", "summarizer-model"
 COUNTER = counter_for(AGENT_MODEL)  # how the agent's budget counts
 ENCODING = counter_for("gpt-4o").encoding  # how bench_cache counts prefix reuse
@@ -126,6 +138,8 @@ def log_part(step: int, shape: str = "prose", size: int = 0) -> str:
     else:
         line = line + "\n"
     body.insert((0, len(body) // 2, len(body))[step % 3], line)
+    if step % DOOR_EVERY == 0 and shape in ("prose", "nonascii", "longline", "numbers", "table", "blob"):
+        body.append(("\n" if shape != "prose" else "") + door(step) + "\n")
     text = "".join(body)
     if shape == "json":
         text = "[\n" + text.rstrip(",\n") + "\n]"
@@ -134,9 +148,15 @@ def log_part(step: int, shape: str = "prose", size: int = 0) -> str:
     return text
 
 
+def door(step: int) -> str:
+    return f"The door code is now DOOR-{step}."
+
+
 def action(step: int) -> tuple[str, str, str]:
-    if step >= STEPS:
+    if step >= STEPS + len(ASKED):
         return "all parts are read", "done", "Report: every pump's rpm is recorded in my memory."
+    if step >= STEPS:
+        return "look up a pump read long ago", "recall", f"pump in bay {ASKED[step - STEPS]} rpm"
     if is_note_step(step):
         return f"keep what parts 1-{step} showed", "memorize_thoughts", note(step)
     return f"read log part {step}", "execute_python", f"print(open('logs/part{step:02d}.txt').read())"
@@ -145,10 +165,11 @@ def action(step: int) -> tuple[str, str, str]:
 def reply(step: int, protocol: str):
     thought, command, arg = action(step)
     if protocol == "tools":
-        name = {"done": "answer", "memorize_thoughts": "text", "execute_python": "code"}[command]
+        name = {"done": "answer", "memorize_thoughts": "text", "execute_python": "code", "recall": "query"}[command]
         return Calls([(command, json.dumps({name: arg}))], thought)
     if protocol == "json":
-        return json.dumps({"thought": thought, "command": command, "arg": arg})
+        name = {"done": "answer", "memorize_thoughts": "text", "execute_python": "code", "recall": "query"}[command]
+        return json.dumps({"thought": thought, "command": command, "args": {name: arg}})
     return f"<r>{thought}</r><c>{command}</c>\n{arg}"
 
 
@@ -170,13 +191,28 @@ def request_text(request: dict) -> str:
 
 
 def faithful_summary(request: dict) -> str:
-    """Every fact and note the prompt shows whole, and nothing else."""
+    """Every fact and note the prompt shows whole, and nothing else, within the words it is told ("at most N words"):
+    the newest first; what does not fit is named in a last line, as the prompt asks."""
     text = request_text(request)
+    told = re.search(r"at most (\d+) words", text)
+    words = int(told.group(1)) if told else 10**6
     kept = [fact(s) for s in range(1, STEPS) if fact(s) in text] + [note(s) for s in range(1, STEPS) if note(s) in text]
-    return "The agent read log parts. " + " ".join(kept)
+    doors = [s for s in range(1, STEPS) if door(s) in text]
+    kept += [door(doors[-1])] if doors else []
+    kept.sort(key=lambda item: -int(re.search(r"\d+", item).group()))  # newest first
+    shown, used, moved = [], 4, []
+    for item in kept:
+        if used + len(item.split()) + 12 > words:
+            moved.append(int(re.search(r"\d+", item).group()))
+            continue
+        shown.append(item)
+        used += len(item.split())
+    ending = (f" Moved out: facts and notes of steps {min(moved)}-{max(moved)}: use recall." if moved else "")
+    return "The agent read log parts. " + " ".join(reversed(shown)) + ending
 
 
-def measure(budget: int, protocol: str, package_root: Path, shape: str = "prose", size: int = 0) -> dict:
+def measure(budget: int, protocol: str, package_root: Path, shape: str = "prose", size: int = 0,
+            memory: str = "global") -> dict:
     agent_requests: list[dict] = []
 
     def respond(request):
@@ -192,14 +228,20 @@ def measure(budget: int, protocol: str, package_root: Path, shape: str = "prose"
             (work / "logs" / f"part{step:02d}.txt").write_text(log_part(step, shape, size))
         env = dict(os.environ, OPENAI_BASE_URL=llm.url, OPENAI_API_KEY="bench", MINIAGI_HOME=str(Path(tmp) / "home"),
                    MINIAGI_MODEL=AGENT_MODEL, MINIAGI_SUMMARIZER_MODEL=SUMMARIZER_MODEL,
-                   MINIAGI_MAX_CONTEXT_TOKENS=str(budget), MINIAGI_MAX_STEPS=str(STEPS + 5), MINIAGI_MAX_COST="0",
-                   MINIAGI_PROTOCOL=protocol, MINIAGI_MEMORY_SCOPE="global", PYTHONPATH=str(package_root))
-        done = subprocess.run([sys.executable, "-m", "miniagi", "-y", "--unattended", OBJECTIVE],
-                              cwd=work, env=env, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise SystemExit(f"the run failed ({done.returncode}): {done.stderr[-1500:]}")
+                   MINIAGI_MAX_CONTEXT_TOKENS=str(budget), MINIAGI_MAX_STEPS=str(STEPS + len(ASKED) + 5),
+                   MINIAGI_MAX_COST="0", MINIAGI_MAX_CALLS=str(10 * (STEPS + len(ASKED))), MINIAGI_PROTOCOL=protocol,
+                   MINIAGI_MEMORY_SCOPE=memory, PYTHONPATH=str(package_root))
+        with open(Path(tmp) / "stderr", "w+") as stderr:
+            child = subprocess.Popen([sys.executable, "-m", "miniagi", "-y", "--unattended", OBJECTIVE], cwd=work,
+                                     env=env, stdout=subprocess.DEVNULL, stderr=stderr, stdin=subprocess.DEVNULL)
+            _, status, usage = os.wait4(child.pid, 0)  # this child's own CPU time and peak RSS
+            child.returncode = os.waitstatus_to_exitcode(status)
+            if child.returncode != 0:
+                stderr.seek(0)
+                raise SystemExit(f"the run failed ({child.returncode}): {stderr.read()[-1500:]}")
         calls = list(llm.requests)
-    return figures(agent_requests, calls, budget)
+    return dict(figures(agent_requests, calls, budget), cpu=usage.ru_utime + usage.ru_stime,
+                rss_mb=usage.ru_maxrss / 1024)
 
 
 def lag(request: dict) -> tuple[int, int]:
@@ -220,8 +262,10 @@ def figures(requests: list[dict], all_calls: list[dict], budget: int) -> dict:
     calls = len(all_calls)
     notes = fact_pairs = missing_most = 0
     note_seen = fact_seen = 0
-    recalled = cut = 0
+    recalled = cut = with_fact = duplicates = with_door = stale = exact = 0
     for number, request in enumerate(requests, start=1):
+        if number > STEPS and number - 1 - STEPS < len(ASKED):  # the observation of a recall step
+            exact += fact(ASKED[number - 1 - STEPS]) in message_text(request["messages"][-1])
         text = request_text(request)
         earlier = range(1, min(number, STEPS))
         shown_notes = [note(s) in text for s in earlier if is_note_step(s)]
@@ -229,9 +273,19 @@ def figures(requests: list[dict], all_calls: list[dict], budget: int) -> dict:
         notes, note_seen = notes + len(shown_notes), note_seen + sum(shown_notes)
         fact_pairs, fact_seen = fact_pairs + len(shown_facts), fact_seen + sum(shown_facts)
         missing_most = max(missing_most, shown_facts.count(False))
+        elsewhere = " ".join(re.sub(r"<<<UNTRUSTED DATA: recalled memories.*?<<<END UNTRUSTED DATA>>>", "", text,
+                                    flags=re.S).split())
         for item in recalled_items(request):
             recalled += 1
             cut += cut_inside(item)
+            flat = " ".join(item.split())
+            held = [whole for s in range(1, STEPS) for whole in (fact(s), note(s)) if whole in flat]
+            with_fact += bool(held)
+            duplicates += bool(held) and all(whole in elsewhere for whole in held)
+            doors = [s for s in range(DOOR_EVERY, STEPS, DOOR_EVERY) if door(s) in flat]
+            with_door += bool(doors)
+            newer = [s for s in range(DOOR_EVERY, min(number, STEPS), DOOR_EVERY) if doors and s > max(doors)]
+            stale += bool(newer) and "superseded by step" not in item.split("\n")[0]
     prompts = [ENCODING.encode(rendered_prompt(r), disallowed_special=()) for r in requests]
     sent = sum(len(p) for p in prompts)
     reused = sum(common_prefix(a, b) for a, b in zip(prompts, prompts[1:]))
@@ -241,13 +295,15 @@ def figures(requests: list[dict], all_calls: list[dict], budget: int) -> dict:
             "reuse": reused / sent, "largest": max(sizes), "budget": budget,
             "lag": (max(lag(r)[0] for r in requests), lag(requests[-1])[0], max(lag(r)[1] for r in requests)),
             "summarizer": sum(1 for r in all_calls if r["model"] != AGENT_MODEL),
+            "recall": (exact, len(ASKED)), "with_fact": with_fact, "duplicates": duplicates,
+            "with_door": with_door, "stale": stale,
             "prompt_tokens": sum(prompt_tokens(r) for r in all_calls)}
 
 
 def recalled_items(request: dict) -> list[str]:
     """The recalled memories of the request's newest message, one per item (each begins with "- (")."""
     last = message_text(request["messages"][-1])
-    match = re.search(r"<<<UNTRUSTED DATA: recalled[^>]*>>>\n(.*?)\n<<<END UNTRUSTED DATA>>>", last, re.S)
+    match = re.search(r"<<<UNTRUSTED DATA: recalled memories[^>]*>>>\n(.*?)\n<<<END UNTRUSTED DATA>>>", last, re.S)
     if not match:
         return []
     return [item for item in re.split(r"\n(?=- \()", match.group(1)) if item.strip()]
@@ -290,16 +346,25 @@ def report(label: str, f: dict) -> None:
     print(f"    summary lag: at most {f['lag'][0]} steps out of view in neither the summary nor brief "
           f"({f['lag'][1]} in the last prompt); at most {f['lag'][2]} in brief, awaiting the summary")
     print(f"    summarizer calls: {f['summarizer']}; prompt tokens, all calls: {f['prompt_tokens']:,}")
+    if f["recall"][1]:
+        print(f"    recall command, exact: {share(*f['recall'])} of {f['recall'][1]} facts asked for at the end")
+    print(f"    automatic recall: {f['recalled']} items, {f['with_fact']} with a fact or note; duplicates of the "
+          f"prompt {f['duplicates']} ({share(f['duplicates'], f['recalled'])} of items); stale (a replaced door "
+          f"code, unlabelled) {f['stale']} of {f['with_door']} with a door code")
+    print(f"    run's CPU {f['cpu']:.1f} s, peak RSS {f['rss_mb']:.0f} MB")
 
 
 def row(label: str, f: dict) -> str:
     share = lambda seen, total: f"{100 * seen / total:5.1f} %" if total else "    -"  # noqa: E731
     return (f"  {label:<22} facts {share(*f['facts'])}  notes {share(*f['notes'])}  worst {f['missing_most']:2d} "
             f"missing  calls/step {f['calls'] / f['steps']:.2f}  reuse {100 * f['reuse']:3.0f} %  "
-            f"largest {f['largest']:,}/{f['budget']:,}  summarizer {f['summarizer']}")
+            f"largest {f['largest']:,}/{f['budget']:,}  summarizer {f['summarizer']}  recalled {f['recalled']} "
+            f"dup {f['duplicates']} stale {f['stale']}" + (f"  recall exact {share(*f['recall'])}" if f["recall"][1]
+                                                           else ""))
 
 
 def main() -> None:
+    global STEPS
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--budgets", default="3000,8000", help="comma-separated --max-context-tokens values")
     parser.add_argument("--protocols", default="tags", help="comma-separated: tags, tools, json")
@@ -310,7 +375,23 @@ def main() -> None:
     parser.add_argument("--before", metavar="REV", help="also measure this earlier commit, for comparison")
     parser.add_argument("--root", metavar="DIR", help="measure the package in this directory instead of this one")
     parser.add_argument("--jsonl", metavar="FILE", help="append each measure's figures to this file")
+    parser.add_argument("--steps", type=int, default=STEPS, help=f"steps of reading (default {STEPS})")
+    parser.add_argument("--ask", type=int, default=60,
+                        help="with --steps: facts asked for through recall at the end, spread over the run (60)")
+    parser.add_argument("--price", action="store_true",
+                        help="memory on vs off over the same 30 steps: the run's CPU time and peak RSS")
     args = parser.parse_args()
+    if args.price:
+        STEPS = 30
+        for scope in ("off", "global"):
+            f = measure(8000, "tags", ROOT, memory=scope)
+            print(f"memory {scope:>6}: CPU {f['cpu']:.2f} s, peak RSS {f['rss_mb']:.0f} MB ({f['steps']} steps)",
+                  flush=True)
+        return
+    if args.steps != STEPS:
+        STEPS = args.steps
+        facts = [s for s in range(1, STEPS) if not is_note_step(s)]
+        ASKED[:] = [facts[round(i * (len(facts) - 1) / max(1, args.ask - 1))] for i in range(min(args.ask, len(facts)))]
     shapes = SHAPES if args.shapes == "all" else tuple(args.shapes.split(","))
     print("targets: notes 100 %, facts >= 98 %, 0 cut items, fixed part <= 750 tokens at 3,000, <= 1.25 calls per "
           "step, reuse >= 60 % at 3,000 (>= 75 % at 8,000), every prompt within the budget")

@@ -113,8 +113,7 @@ def test_a_runs_state_owns_the_summary_the_memory_reads_it_there():
     assert folded is not None and folded.text == "SUMMARY-ONE of what was done" and folded.through_step >= 1
     assert state.summary.through_step == 0  # not taken until it is recorded
     state.apply(ev.SummaryFolded(step=12, text=folded.text, through_step=folded.through_step,
-                                 notes_digest=folded.notes_digest or None, notes_through=folded.notes_through or None,
-                                 briefed_through=folded.briefed_through or None))
+                                 notes_digest=folded.notes_digest or None, notes_through=folded.notes_through or None))
     assert memory.summary == folded
     state.objective, state.background = "count the seals twice", "an earlier run counted 7"
     context, _ = memory.context(system=SYSTEM, steps=steps, next_step=13)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -104,7 +105,7 @@ def test_a_100_step_run_stays_in_budget_recalls_an_old_fact_and_calls_the_model_
             return act("execute_python", "print('checking')", "I need the launch code for the rocket from earlier")
         if n == 100:
             return act("done", "finished")
-        return act("execute_python", f"print(('weather report {n}: cloudy with rain, wind from the west. ') * 120)",
+        return act("execute_python", f"print(('weather report {n}: cloudy with rain, wind from the west. ') * 50)",
                    f"print weather report {n}")
 
     llm.responder = respond
@@ -214,28 +215,41 @@ print("chromadb" in sys.modules, "onnxruntime" in sys.modules)
     assert out.stdout.splitlines()[-1].split() == ["False", "False"]
 
 
-def test_a_summary_over_its_cap_is_held_to_it_without_another_call(isolated):
-    """One limit governs a summarizer call: a summary that overshoots it is not condensed by a second call, but
-    kept to whole sentences within a little more than its cap."""
+def test_a_summary_over_its_cap_is_condensed_never_cut_and_says_what_moved_out(isolated):
+    """The limit the summarizer is told is the one enforced: a summary over it is condensed by one more call; a
+    summarizer that ignores that too has its newest lines kept and a first line saying what moved out and how to get
+    it back (recall: the steps are whole in the archive), never a text cut in the middle."""
     from memory.context import ContextBuilder, StepRecord
-    from memory.run_memory import RunMemory
+    from memory.run_memory import MOVED_OUT, RunMemory
 
     prompts = []
 
     def ask(prompt):
         prompts.append(prompt)
-        return "long summary sentence. " * 400
+        if prompt.startswith("This summary") and len(prompts) % 2:  # the first condensing keeps to its words
+            return "Condensed: the listing was read, line by line."
+        return "\n".join(f"Line {i}: a long summary sentence about output line {i}." for i in range(400))
 
     builder = ContextBuilder(COUNTER, 3000)
     memory = RunMemory(builder=builder, summarizer_counter=COUNTER, ask_summarizer=ask, store=None, scope="global",
                        run_id="r", objective="objective")
     steps = [StepRecord(i, f"t{i}", "execute_shell", "ls", "output line\n" * 150) for i in range(1, 30)]
-    context, folded = memory.context(system="system", steps=steps, next_step=30, alerts="")
-    assert folded is not None and folded.through_step >= 2
-    assert COUNTER.count(folded.text) <= (memory.summary_cap + builder.notes_cap) * 1.25  # no notes: all theirs
-    assert all("Condense" not in p and "condense the running summary" not in p for p in prompts)
-    assert all("long summary sentence." not in p.split("Steps ")[0] or "so far" in p for p in prompts)
-    assert context.tokens <= 3000
+    for number in range(2, 30):
+        context, folded = memory.context(system="system", steps=steps[:number - 1], next_step=number, alerts="")
+        assert context.tokens <= 3000
+        memory.state.summary = memory.summary
+    condensing = [p for p in prompts if p.startswith("This summary")]
+    assert condensing and all(re.search(r"at most \d+ words", p) for p in condensing)
+    summary = memory.summary.text
+    assert COUNTER.count(summary) <= memory.summary_cap + builder.notes_cap  # no notes: all theirs
+    if summary.startswith(MOVED_OUT):  # the newest lines, whole, after what moved out
+        assert re.match(r"Moved out \(use recall to get them back\): \d+ earlier lines", summary)
+        assert summary.endswith("Line 399: a long summary sentence about output line 399.")
+        assert all(re.fullmatch(r"Line \d+: a long summary sentence about output line \d+\.", line)
+                   for line in summary.split("\n")[1:])
+    else:
+        assert summary == "Condensed: the listing was read, line by line."
+    assert "the rest was cut" not in summary
 
 
 def test_machines_share_one_memory_through_a_chromadb_server(cli, llm, tmp_path):
@@ -316,7 +330,7 @@ def test_a_memorize_thoughts_step_leaves_only_its_note_in_the_store(llm, isolate
     llm.add(act("memorize_thoughts", "The gate code is 5521."), act("execute_shell", "echo checked"),
             act("done", "5521"))
     result = agent.run("Find the gate code")
-    ids = set(agent.vectors.collection.get(where={"run": result.run_id}, include=[])["ids"])
+    ids = set(agent.services.vectors.collection.get(where={"run": result.run_id}, include=[])["ids"])
     run = result.run_id
     assert f"{run}:note:1" in ids and f"{run}:step:2" in ids and f"{run}:step:1" not in ids
 
@@ -564,3 +578,17 @@ def test_result_json_follows_a_fast_run_at_most_half_a_second_behind(llm, isolat
     assert outcome and outcome[0].status == "done"
     final = json.loads((run_dirs(isolated.home)[0] / "result.json").read_text())
     assert final["status"] == "done" and final["steps"] == 3
+
+
+def test_the_newest_output_is_whole_when_the_prompt_has_room_whatever_the_item_limit(cli, llm, isolated):
+    """`cat` of a 160-line package (~3,000 tokens) with the prompt at a fraction of its 8,000: shown whole, though
+    over --max-memory-item-tokens (1,500); the archive keeps it whole too."""
+    lines = [f"def handler_{i}(request):  # bug {i} hides here" if i in (17, 88, 151) else
+             f"def handler_{i}(request): return respond(request, code={200 + i})" for i in range(160)]
+    (isolated.work / "package.py").write_text("\n".join(lines) + "\n")
+    llm.add(act("execute_shell", "cat package.py", "read the whole package"), act("done", "three bugs"))
+    proc = cli("-y", "Find the bugs in package.py")
+    assert proc.returncode == 0, proc.stderr
+    shown = llm.agent_requests()[1]["messages"][-1]["content"]
+    assert COUNTER.count("\n".join(lines)) > 1500
+    assert all(line in shown for line in lines) and "to see the rest" not in shown

@@ -380,11 +380,12 @@ def test_a_digest_of_values_within_the_words_it_was_told_is_kept_whole():
     assert digests[-1] in head and "the rest was cut" not in head
 
 
-def test_a_digest_over_its_limit_in_one_sentence_keeps_its_start_and_says_the_rest_was_cut():
-    """A summarizer that ignores the limit with one long sentence: what fits is kept (never nothing), and the head
-    says the rest was cut."""
+def test_a_digest_over_its_limit_in_one_sentence_keeps_its_newest_part_and_says_what_moved_out():
+    """A summarizer that ignores the limit with one long sentence, even when asked to condense it: the digest is
+    within its cap, keeps its newest part (never nothing, never cut in the middle) and first says what moved out and
+    how to get it back (the notes are whole in the archive)."""
     def ask(prompt):
-        if "notes to itself" not in prompt:
+        if "notes to itself" not in prompt and "digest of notes" not in prompt:
             return faithful(prompt)
         return "Values: " + "; ".join(f"V{i} = {i * 7}" for i in range(1, 400)) + "."
 
@@ -393,6 +394,6 @@ def test_a_digest_over_its_limit_in_one_sentence_keeps_its_start_and_says_the_re
         context, _ = memory.context(system=SYSTEM, steps=steps[:number - 1], next_step=number)
         assert prompt_tokens(context.messages) <= 3000
     digest = memory.summary.notes_digest
-    assert digest.startswith("Values: V1 = 7; V2 = 14")
-    assert digest.endswith("[the rest was cut: it was longer than its limit]")
-    assert "V399" not in digest
+    assert digest.startswith("Moved out (use recall to get them back): ")
+    assert digest.endswith("V399 = 2793.") and "V1 = 7;" not in digest
+    assert "the rest was cut" not in digest

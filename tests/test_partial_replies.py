@@ -98,8 +98,7 @@ def test_what_real_models_write_around_an_action_is_not_shown():
 LINES_FORMAT = '''\
 """The lines format: THOUGHT:, COMMAND: and ARG: lines. A test's format, to show that adding one is one file."""
 
-from miniagi.commands import COMMANDS, actions
-from miniagi.protocols import Decision, MalformedReply, Partial, ReplyFormat, check_command, split_args
+from miniagi.protocols import Decision, MalformedReply, Partial, ReplyFormat
 
 
 def _fields(text: str) -> dict:
@@ -121,8 +120,8 @@ class LinesFormat(ReplyFormat):
         fields = _fields(completion.text)
         if "COMMAND" not in fields:
             raise MalformedReply("there is no COMMAND: line", completion.text, self.how)
-        name = check_command(fields["COMMAND"], completion.text, self.how)
-        return Decision(fields.get("THOUGHT", ""), name, split_args(COMMANDS[name], fields.get("ARG", "")))
+        command = self.command_named(fields["COMMAND"], completion.text)
+        return Decision(fields.get("THOUGHT", ""), command, command.parse(fields.get("ARG", "")))
 
     def partial(self, text: str, tool: str = "", arguments: str = "") -> Partial:
         fields = _fields(text)
@@ -137,7 +136,7 @@ class LinesFormat(ReplyFormat):
         return f"Write it as: COMMAND: {command.name} then ARG: its argument"
 
     def describe(self) -> str:
-        names = "\\n".join(f"- {c.name}: {c.doc}" for c in actions())
+        names = "\\n".join(f"- {c.name}: {c.doc}" for c in self.commands.actions())
         return f"{self.how}\\n\\nCommands:\\n{names}\\n\\nWhen the objective is achieved, COMMAND: done."
 
 

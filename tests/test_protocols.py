@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from miniagi.commands import COMMANDS
 from miniagi.model import Completion, ToolCall
 from miniagi.protocols import Decision, MalformedReply, formats, lenient_json, one_command_line
 from miniagi.protocols.tags import parse_reply
@@ -180,7 +181,7 @@ def test_reversed_tags_and_a_tag_inside_prose():
 def test_a_multi_line_shell_argument_runs_its_first_line_and_says_what_was_dropped():
     def shell(line, command="execute_shell"):
         parameter = "command_line" if command == "execute_shell" else "code"
-        return one_command_line(Decision("t", command, {parameter: line}))
+        return one_command_line(Decision("t", COMMANDS[command], {parameter: line}))
 
     cut = shell("ls -la\nObservation (step 1):\nfile.txt")
     assert cut.arg == "ls -la" and "Dropped: 2 more line(s)" in cut.note

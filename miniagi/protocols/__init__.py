@@ -16,6 +16,9 @@ reply (`describe`: the commands and an example in the real shape of the format's
 
 Adding a format is one module in this folder that defines `FORMAT`, an instance of its `ReplyFormat`: `formats()`,
 the table of formats by name, is what the option, the system prompt, the terminal and the web page all read.
+Each agent uses its format `offering` the agent's own commands (the built-in ones and its MCP tools): a format
+reads and offers those, and asks a command itself how its arguments are written (`Command.text`, `parse`,
+`placeholders`, `help_argument`).
 """
 
 from __future__ import annotations
@@ -27,12 +30,11 @@ import functools
 import importlib
 import json
 import pkgutil
-import re
 import subprocess
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from ..commands import COMMANDS, Command, actions
+from ..commands import Command, CommandTable
 
 if TYPE_CHECKING:
     from memory.context import StepRecord
@@ -54,20 +56,24 @@ class Decision:
     """What a reply chose: its reasoning, one command and the command's arguments by parameter name."""
 
     thought: str
-    command: str
+    definition: Command  # the command chosen, from the format's table
     args: dict  # as the command takes them: its parameters' types
     note: str = ""  # something the model should be told about how its reply was read
     given: dict | None = None  # the arguments object exactly as the model sent it (json, tools), when it sent one
 
     @property
-    def call(self) -> dict:
-        """The call's arguments as one JSON object: what the trace records and the history shows back."""
-        return self.args if self.given is None else self.given
+    def command(self) -> str:
+        return self.definition.name
 
     @property
     def arg(self) -> str:
-        """The arguments as one text, the tags form: what the terminal shows and the loop compares."""
-        return join_args(COMMANDS[self.command], self.args)
+        """The arguments as one text (the command's own text form): what the terminal shows and the loop compares."""
+        return self.definition.text(self.args)
+
+    @property
+    def call(self) -> dict:
+        """The call's arguments as one JSON object: what the trace records and the history shows back."""
+        return self.args if self.given is None else self.given
 
 
 class MalformedReply(Exception):
@@ -87,7 +93,7 @@ class Partial:
 
     thought: str = ""
     command: str | None = None  # None until the reply has named it whole
-    arg: str = ""  # the argument so far, as text (as `Decision.arg` shows it)
+    arg: str = ""  # the argument so far, as text (as `Command.text` writes it)
 
 
 class ReplySoFar:
@@ -115,6 +121,41 @@ class ReplyFormat:
     name: ClassVar[str]
     how: ClassVar[str]  # how to reply, told with every malformed reply
     stop: ClassVar[tuple[str, ...]] = ()  # where a reply should end: the request's stop sequences
+
+    def __init__(self, commands: CommandTable | None = None):
+        self._commands = commands
+
+    @property
+    def commands(self) -> CommandTable:
+        """The commands it offers and reads: an agent's own table (`offering`), else the built-in ones."""
+        return self._commands if self._commands is not None else CommandTable()
+
+    def offering(self, commands: CommandTable) -> ReplyFormat:
+        """This format for an agent's commands (the built-in ones and its MCP tools)."""
+        return type(self)(commands)
+
+    def command_named(self, name: str, reply: str) -> Command:
+        """The action a reply names (its canonical name); a MalformedReply naming the closest one when there is no
+        such action."""
+        commands = self.commands
+        name = name.strip().lower().replace("-", "_")
+        offered = [c.name for c in commands.actions()]
+        if name in offered:
+            return commands[name]
+        close = difflib.get_close_matches(name, offered, n=1, cutoff=0.6)
+        hint = f" Did you mean {close[0]}?" if close else ""
+        if name in commands:
+            hint = f" It is a function inside execute_python only.{hint}"
+        raise MalformedReply(f"{name!r} is not a command.{hint} The commands are: {', '.join(offered)}", reply,
+                             self.how)
+
+    def shown_arguments(self, record: StepRecord) -> dict:
+        """A step's arguments as its call is shown back: the object recorded, or (traces older than it) read from
+        the text form."""
+        if record.args is not None:
+            return record.args
+        command = self.commands.get(record.command)
+        return command.parse(record.arg) if command else {"arg": record.arg}
 
     def request(self) -> dict:
         """What the format adds to the agent's request: its stop sequences, tools or response_format."""
@@ -167,19 +208,6 @@ def formats() -> dict[str, ReplyFormat]:
     return {f.name: f for f in sorted(found, key=lambda f: f.name != "tags")}
 
 
-def check_command(name: str, reply: str, how: str) -> str:
-    """The command's canonical name; a MalformedReply naming the closest command when there is no such action."""
-    name = name.strip().lower().replace("-", "_")
-    offered = [c.name for c in actions()]
-    if name in offered:
-        return name
-    close = difflib.get_close_matches(name, offered, n=1, cutoff=0.6)
-    hint = f" Did you mean {close[0]}?" if close else ""
-    if name in COMMANDS:
-        hint = f" It is a function inside execute_python only.{hint}"
-    raise MalformedReply(f"{name!r} is not a command.{hint} The commands are: {', '.join(offered)}", reply, how)
-
-
 def one_command_line(decision: Decision) -> Decision:
     """execute_shell runs one command line. A multi-line argument runs its first line only — unless the lines form
     one command (a backslash continuation, a here-document, a loop or `if` block the first line cannot end) —
@@ -193,7 +221,7 @@ def one_command_line(decision: Decision) -> Decision:
     dropped = (f"Note: execute_shell runs ONE command line; only the first line was run. Dropped: "
                f"{len(rest.splitlines())} more line(s) beginning {rest.strip()[:80]!r}. To run a script, write it to "
                "a file first or use execute_python.")
-    return Decision(decision.thought, decision.command, {"command_line": first},
+    return Decision(decision.thought, decision.definition, {"command_line": first},
                     "\n\n".join(filter(None, [decision.note, dropped])), decision.given)
 
 
@@ -220,48 +248,6 @@ def lenient_json(text: str):
     if isinstance(value, (dict, list, str)):
         return value
     raise ValueError(str(problem))
-
-
-# --- the text form of a command's arguments: the only place where they are joined with "|" ------------------------
-_ITEM = re.compile(r"\S*[./:\d]\S*")  # a list item in the text form: a path, a URL, a result number
-
-
-def join_args(command: Command, args: dict) -> str:
-    """The arguments as one text, joined with "|" (a list's items each after its own |)."""
-    if command.json_argument:  # one JSON object (an MCP tool's)
-        return command.text(args)
-    parts = []
-    for parameter in command.parameters:
-        value = args.get(parameter.name)
-        if value is not None:
-            parts.extend(value if isinstance(value, list) else [value])
-    return "|".join(str(part) for part in parts)
-
-
-def split_args(command: Command, text: str) -> dict:
-    """The arguments of a text form. One parameter takes the whole text. Several are split at "|": a closing list
-    takes the trailing parts that look like paths, URLs or result numbers (at least the last part), and the first
-    parameter takes whatever is left over, so it may itself contain a "|"."""
-    if command.json_argument:
-        return command.parse(text)
-    text = text.strip()
-    if not text or not command.parameters:
-        return {}
-    if len(command.parameters) == 1:
-        return {command.parameters[0].name: command.parameters[0].value(text)}
-    parts = [part.strip() for part in text.split("|")]
-    *leading, last = command.parameters
-    tail: list[str] = []
-    if len(parts) > len(leading):
-        tail.append(parts.pop())
-        while last.is_list and len(parts) > len(leading) and _ITEM.fullmatch(parts[-1]):
-            tail.insert(0, parts.pop())
-    extra = max(0, len(parts) - len(leading))
-    values = ["|".join(parts[:extra + 1]), *parts[extra + 1:]]
-    args = {p.name: value for p, value in zip(leading, values) if value}
-    if tail:
-        args[last.name] = tail if last.is_list else tail[0]
-    return args
 
 
 # --- JSON as far as it came: a reply's object or a tool call's arguments, streaming in -----------------------------
@@ -306,29 +292,13 @@ def call_arguments(command: Command, values) -> tuple[dict, dict | None]:
     them and the object as the model sent it (None when it strayed from the parameters' names: the history then
     shows the call in the standard form, which teaches it)."""
     if not isinstance(values, dict):
-        return split_args(command, values if isinstance(values, str) else _as_text(values)), None
+        return command.parse(values if isinstance(values, str) else _as_text(values)), None
     if not {p.name for p in command.parameters} & values.keys():
         loose = values.get("arg", next(iter(values.values())) if len(values) == 1 else None)
         if loose is not None:
-            return split_args(command, loose if isinstance(loose, str) else _as_text(loose)), None
+            return command.parse(loose if isinstance(loose, str) else _as_text(loose)), None
     return command.arguments(values), values
-
-
-def shown_arguments(record: StepRecord) -> dict:
-    """A step's arguments as its call is shown back: the object recorded, or (traces older than it) read from the
-    text form."""
-    if record.args is not None:
-        return record.args
-    command = COMMANDS.get(record.command)
-    return split_args(command, record.arg) if command else {"arg": record.arg}
 
 
 def _as_text(value) -> str:
     return json.dumps(value, ensure_ascii=False)
-
-
-def placeholders(command: Command) -> dict:
-    """Its arguments as placeholders: {"question": "…", "sources": ["…"]}."""
-    if command.json_argument:
-        return command.placeholders()
-    return {p.name: ["…"] if p.is_list else "…" for p in command.parameters}

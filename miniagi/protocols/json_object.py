@@ -8,10 +8,10 @@ import functools
 import json
 import re
 
-from ..commands import COMMANDS, Command, actions
+from ..commands import Command
 from . import (EXAMPLE_ANSWER, EXAMPLE_CODE, EXAMPLE_FIX, EXAMPLE_LAST_THOUGHT, EXAMPLE_OBJECTIVE, EXAMPLE_RESULT,
-               EXAMPLE_THOUGHT, Decision, MalformedReply, Partial, ReplyFormat, call_arguments, check_command,
-               json_string_so_far, lenient_json, placeholders, shown_arguments)
+               EXAMPLE_THOUGHT, Decision, MalformedReply, Partial, ReplyFormat, call_arguments, json_string_so_far,
+               lenient_json)
 
 _ARG_SO_FAR = re.compile(r'"args?"\s*:\s*(?:\{\s*"[^"\\]*"\s*:\s*)?"')  # the first argument's string value
 
@@ -25,12 +25,16 @@ class JsonFormat(ReplyFormat):
     how = ("Reply with exactly one JSON object and nothing else, for example:\n"
            + action_object(EXAMPLE_FIX[0], EXAMPLE_FIX[1], {"command_line": EXAMPLE_FIX[2]}))
 
-    @functools.cache  # noqa: B019 -- one instance per format, for the life of the process
     def request(self) -> dict:
+        return self._request
+
+    @functools.cached_property
+    def _request(self) -> dict:  # a format's commands do not change: built once, not every step
+        actions = self.commands.actions()
         schema = {"type": "object",
                   "properties": {"thought": {"type": "string"},
-                                 "command": {"type": "string", "enum": [c.name for c in actions()]},
-                                 "args": {"anyOf": [c.schema() for c in actions()]}},
+                                 "command": {"type": "string", "enum": [c.name for c in actions]},
+                                 "args": {"anyOf": [c.schema() for c in actions]}},
                   "required": ["thought", "command", "args"], "additionalProperties": False}
         # the first the endpoint takes is used (remembered for the run): OpenAI/vLLM/Ollama json_schema,
         # llama.cpp's json_object with a schema, plain JSON mode; else plain text, read leniently
@@ -49,11 +53,11 @@ class JsonFormat(ReplyFormat):
             raise MalformedReply(f"no JSON object could be read from it ({exc})", completion.text, self.how) from None
         if not isinstance(values, dict) or not isinstance(values.get("command"), str):
             raise MalformedReply('the object has no "command" string', completion.text, self.how)
-        name = check_command(values["command"], completion.text, self.how)
+        command = self.command_named(values["command"], completion.text)
         # the arguments under "args"; or, from a model that strays, beside the command or as the older "arg" text
         args = values.get("args", {k: v for k, v in values.items() if k not in ("thought", "command")})
-        args, given = call_arguments(COMMANDS[name], args)
-        return Decision(str(values.get("thought", "")).strip(), name, args, given=given)
+        args, given = call_arguments(command, args)
+        return Decision(str(values.get("thought", "")).strip(), command, args, given=given)
 
     def partial(self, text: str, tool: str = "", arguments: str = "") -> Partial:
         """The object's "thought", its "command" once that string is closed, and the first argument's string so
@@ -74,14 +78,14 @@ class JsonFormat(ReplyFormat):
                        json_string_so_far(body, arg.end())[0] if arg else "")
 
     def reply(self, record) -> dict:
-        args = shown_arguments(record)
+        args = self.shown_arguments(record)
         return {"role": "assistant", "content": action_object(record.thought, record.command, args)}
 
     def usage(self, command: Command) -> str:
-        return f"Write it as: {action_object('…', command.name, placeholders(command))}"
+        return f"Write it as: {action_object('…', command.name, command.placeholders())}"
 
     def describe(self) -> str:
-        commands = "\n".join(f"- {c.signature(returns=False)}: {c.doc}" for c in actions())
+        commands = "\n".join(f"- {c.signature(returns=False)}: {c.doc}" for c in self.commands.actions())
         first = action_object(EXAMPLE_THOUGHT, "execute_python", {"code": EXAMPLE_CODE})
         last = action_object(EXAMPLE_LAST_THOUGHT, "done", {"answer": EXAMPLE_ANSWER})
         return f"""Reply with ONE action: one JSON object, nothing else:

@@ -1,17 +1,17 @@
 """The tags format, `<r>thought</r><c>command</c>argument`, read leniently the way real models answer: prose
 around the action, the whole reply in a code fence, the argument in a ```python fence, odd whitespace and tag case.
-A command of several arguments takes them joined with "|" (the only format that joins them)."""
+A command of several arguments takes them joined with "|" (its `Command.text`: the only format that joins them)."""
 
 from __future__ import annotations
 
 import re
 import textwrap
 
-from ..commands import COMMANDS, Command, actions
+from ..commands import Command
 from . import (EXAMPLE_ANSWER, EXAMPLE_CODE, EXAMPLE_FIX, EXAMPLE_LAST_THOUGHT, EXAMPLE_OBJECTIVE, EXAMPLE_RESULT,
-               EXAMPLE_THOUGHT, Decision, MalformedReply, Partial, ReplyFormat, check_command, join_args, split_args)
+               EXAMPLE_THOUGHT, Decision, MalformedReply, Partial, ReplyFormat)
 
-__all__ = ["FORMAT", "join_args", "parse_reply", "split_args"]
+__all__ = ["FORMAT"]
 
 _WHOLE_FENCE = re.compile(r"\A```[\w+.-]*[ \t]*\n(?P<body>.*)\n[ \t]*```\Z", re.S)
 _COMMAND = re.compile(r"<c>\s*(?P<name>[A-Za-z_][\w-]*)\s*</c>", re.I)
@@ -25,14 +25,6 @@ _TAG_CUT = re.compile(r"<(?:/?[rc]?)\Z", re.I)
 _COMMAND_SO_FAR = re.compile(r"<c>\s*(?P<name>[A-Za-z_][\w-]*)\s*(?:</c>|\n)", re.I)
 
 
-def placeholders(command: Command) -> str:
-    """How the tags help names the arguments: QUESTION|SOURCE[|…] (a list's items each after its own |)."""
-    if command.json_argument:  # {"repo_path": "…"} (optional: max_count)
-        return command.help_argument()
-    return "|".join(f"{p.name.upper().removesuffix('S')}[|…]" if p.is_list else p.name.upper()
-                    for p in command.parameters)
-
-
 def action_text(thought: str, command: str, arg: str) -> str:
     return f"<r>{thought}</r><c>{command}</c>\n{arg}"
 
@@ -41,7 +33,8 @@ HOW = ("Reply with exactly one action: your reasoning in <r>…</r>, a command n
        f"For example:\n{action_text(*EXAMPLE_FIX)}")
 
 
-def parse_reply(reply: str) -> Decision:
+def parse_reply(reply: str, reply_format: ReplyFormat | None = None) -> Decision:
+    """The action of a reply, among the commands of `reply_format` (the built-in ones when none is given)."""
     text = (reply or "").strip()
     if not text:
         raise MalformedReply("it was empty", reply or "", HOW)
@@ -73,8 +66,8 @@ def parse_reply(reply: str) -> Decision:
         rest = rest[:following.start()]
         note = ("Your reply held more than one action; only the first was run. "
                 "Send exactly one action per reply and wait for its result.")
-    command = check_command(found.group("name"), reply, HOW)
-    return Decision(thought, command, split_args(COMMANDS[command], clean_argument(rest)), note)
+    command = (reply_format or FORMAT).command_named(found.group("name"), reply)
+    return Decision(thought, command, command.parse(clean_argument(rest)), note)
 
 
 def clean_argument(text: str) -> str:
@@ -95,7 +88,7 @@ class TagsFormat(ReplyFormat):
     stop = ("\nObservation", "\nobservation:", "Observation (step", "\n<r>")
 
     def read(self, completion) -> Decision:
-        return parse_reply(completion.text)
+        return parse_reply(completion.text, self)
 
     def partial(self, text: str, tool: str = "", arguments: str = "") -> Partial:
         """The thought inside <r> (or before <c>), the command once its tag or line is closed, the argument after
@@ -120,11 +113,11 @@ class TagsFormat(ReplyFormat):
         return {"role": "assistant", "content": action_text(record.thought, record.command, record.arg)}
 
     def usage(self, command: Command) -> str:
-        return f"Write it as: <c>{command.name}</c>\n{placeholders(command)}"
+        return f"Write it as: <c>{command.name}</c>\n{command.help_argument()}"
 
     def describe(self) -> str:
-        commands = "\n".join(f"- {c.name} {placeholders(c)}: {c.doc}"
-                             for c in actions())
+        commands = "\n".join(f"- {c.name} {c.help_argument()}: {c.doc}"
+                             for c in self.commands.actions())
         return f"""Reply with exactly ONE action:
 <r>your reasoning, briefly</r><c>command</c>
 its argument (it may span lines; code needs no fence)

@@ -7,10 +7,9 @@ import functools
 import json
 import re
 
-from ..commands import COMMANDS, Command, actions
+from ..commands import Command
 from . import (EXAMPLE_ANSWER, EXAMPLE_CODE, EXAMPLE_OBJECTIVE, EXAMPLE_RESULT, Decision, MalformedReply, Partial,
-               ReplyFormat, call_arguments, check_command, json_string_so_far, lenient_json, observation_text,
-               placeholders, shown_arguments)
+               ReplyFormat, call_arguments, json_string_so_far, lenient_json, observation_text)
 
 _FIRST_VALUE = re.compile(r'\A\s*\{\s*"[^"\\]*"\s*:\s*"')  # a call's arguments, up to its first string value
 
@@ -23,29 +22,34 @@ class ToolsFormat(ReplyFormat):
     name = "tools"
     how = f"Call exactly one tool per reply; for example, to finish: call {call_text('done', {'answer': '…'})}."
 
-    @functools.cache  # noqa: B019 -- the command table does not change during a run: built once, not every step
     def request(self) -> dict:
+        return self._request
+
+    @functools.cached_property
+    def _request(self) -> dict:  # a format's commands do not change: built once, not every step
         return {"tools": [{"type": "function", "function": {"name": c.name, "description": c.doc,
-                                                            "parameters": c.schema()}} for c in actions()]}
+                                                            "parameters": c.schema()}}
+                          for c in self.commands.actions()]}
 
     def read(self, completion) -> Decision:
         calls = completion.tool_calls
         if not calls:
             raise MalformedReply("it called no tool", completion.text, self.how)
         call = calls[0]
-        name = check_command(call.name, self.raw_reply(completion), self.how)
+        command = self.command_named(call.name, self.raw_reply(completion))
+        name = command.name
         try:
             values = lenient_json(call.arguments.strip() or "{}")
         except ValueError as exc:
             raise MalformedReply(f"the arguments of your call to {name} are not valid JSON ({exc}); send them as a "
-                                 f"JSON object, e.g. {json.dumps(placeholders(COMMANDS[name]), ensure_ascii=False)}",
+                                 f"JSON object, e.g. {json.dumps(command.placeholders(), ensure_ascii=False)}",
                                  self.raw_reply(completion), self.how) from None
         note = ""
         if len(calls) > 1:
             note = (f"Your reply held {len(calls)} tool calls; only the first ({name}) was run. Call one tool per "
                     "reply and wait for its result.")
-        args, given = call_arguments(COMMANDS[name], values)
-        return Decision(completion.text.strip(), name, args, note, given)
+        args, given = call_arguments(command, values)
+        return Decision(completion.text.strip(), command, args, note, given)
 
     def partial(self, text: str, tool: str = "", arguments: str = "") -> Partial:
         """The message text as the thought; the tool's name once a call begins, and its first string argument so
@@ -54,7 +58,7 @@ class ToolsFormat(ReplyFormat):
         return Partial(text.strip(), tool or None, json_string_so_far(arguments, start.end())[0] if start else "")
 
     def reply(self, record) -> dict:
-        args = shown_arguments(record)
+        args = self.shown_arguments(record)
         return {"role": "assistant", "content": record.thought or None,
                 "tool_calls": [{"id": f"call_{record.step}", "type": "function",
                                 "function": {"name": record.command,
@@ -67,7 +71,7 @@ class ToolsFormat(ReplyFormat):
                 {"role": "tool", "tool_call_id": f"call_{record.step}", "content": observation_text(record)}]
 
     def usage(self, command: Command) -> str:
-        return f"Call {call_text(command.name, placeholders(command))}."
+        return f"Call {call_text(command.name, command.placeholders())}."
 
     def describe(self) -> str:
         return (f"Act by calling exactly ONE tool per reply, with your reasoning, briefly, as the message text. The "
