@@ -21,7 +21,7 @@ from memory.tokens import counter_for
 
 from . import events as ev
 from .commands import COMMANDS
-from .config import ConfigError, Settings, read_dotenv
+from .config import ConfigError, Settings, read_settings_files
 from .model import Model, PriceTable
 from .prompts import system_prompt
 from .protocols import formats
@@ -56,7 +56,7 @@ class Agent:
         self.search_backend = search_backend or DdgsBackend()
         self.environ = dict(os.environ if environ is None else environ)
         # the gate every text crosses before a model request, the run's files, the vector store or the terminal
-        self.redact = Redactor(self.environ, read_dotenv())
+        self.redact = Redactor(self.environ, read_settings_files())
         self.prices = getattr(model, "prices", None) or PriceTable(settings.prices)
         if model is None:
             from .config import Endpoint
