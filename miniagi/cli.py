@@ -746,6 +746,37 @@ def _objective_hint(argv: list[str]) -> None:
           f"miniagi run \"{words}\"", file=sys.stderr)
 
 
+class ReaderMayLeave:
+    """stdout or stderr whose reader may go away (`miniagi … | head -3`): once a write finds the pipe closed, what
+    follows is dropped, so the run goes on to its end and records it rather than dying of the first line it shows."""
+
+    def __init__(self, stream):
+        self.stream, self.gone = stream, False
+
+    def write(self, text: str) -> int:
+        if not self.gone:
+            try:
+                return self.stream.write(text)
+            except (BrokenPipeError, ValueError):  # a closed pipe; a closed stream
+                self.gone = True
+            except OSError as error:
+                if error.errno != errno.EPIPE:
+                    raise
+                self.gone = True
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.gone:
+            self.write("")
+            try:
+                self.stream.flush()
+            except (BrokenPipeError, ValueError):
+                self.gone = True
+
+    def __getattr__(self, name: str):  # isatty, fileno, encoding…: the stream's own
+        return getattr(self.stream, name)
+
+
 def entry() -> None:
     """The `miniagi` command. Everything is written and closed by the time main() returns, so the process ends
     at once: interpreter finalization can abort in native thread pools (onnxruntime, chromadb) that are still
@@ -757,12 +788,10 @@ def entry() -> None:
     # inherits it ignored, and so would every process it starts: take it back, so the interrupt always works.
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    sys.stdout, sys.stderr = ReaderMayLeave(sys.stdout), ReaderMayLeave(sys.stderr)
     code = main()
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except (BrokenPipeError, ValueError):
-        pass
+    sys.stdout.flush()
+    sys.stderr.flush()
     os._exit(code)
 
 

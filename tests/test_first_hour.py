@@ -7,6 +7,7 @@ import json
 import os
 import re
 import stat
+import subprocess
 import sys
 
 import pytest
@@ -187,3 +188,53 @@ def test_the_mcp_json_question_names_each_server_and_its_command_line(llm, isola
     question = proc.stderr[proc.stderr.index("asks to start MCP servers"):proc.stderr.index("Start them?")]
     assert f"  probe: {sys.executable} {PROBE} --flag (with PROBE_SECRET set)" in question
     assert "  far: http://127.0.0.1:9/mcp" in question and "hush-hush-123" not in proc.stderr
+
+
+# --- a reader that goes away -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("closed", ["stderr", "stdout and stderr"])
+def test_a_closed_pipe_does_not_end_the_run_and_its_record_is_right(llm, isolated, closed):
+    import threading
+
+    from .fake_llm import Stream, Wait
+
+    pipes_closed = threading.Event()
+    llm.add(Stream(["<r>", "Writing ", "now", Wait(pipes_closed), "</r><c>execute_python</c>\n",
+                    "open('out.txt', 'w').write('kept')\nfor i in range(2000):\n    print('line', i)"]),
+            act("done", "written " * 500))  # more than a pipe holds, after its reader left
+    process = subprocess.Popen([sys.executable, "-m", "miniagi", "-y", "write the file"], cwd=isolated.work,
+                               env=dict(os.environ, OPENAI_BASE_URL=llm.url, OPENAI_API_KEY="sk-test-key-123456",
+                                        MINIAGI_MEMORY_SCOPE="off"),
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert "started" in process.stderr.readline()  # like `head -1`: one line, then the reader is gone
+    process.stderr.close()
+    if closed == "stdout and stderr":
+        process.stdout.close()
+    pipes_closed.set()
+    assert process.wait(120) == 0
+    (run,) = run_dirs(isolated.home)
+    result = json.loads((run / "result.json").read_text())
+    assert (result["status"], result["steps"], result["llm_calls"]) == ("done", 2, 2)
+    assert result["cost_usd"] > 0 and result["ended_at"] and (isolated.work / "out.txt").read_text() == "kept"
+    if closed == "stderr":
+        assert process.stdout.read().startswith("written written")
+
+
+def test_a_killed_runs_clock_stops_where_it_died(cli, llm, isolated):
+    import signal
+
+    from .test_end_to_end import _start, _wait_for
+
+    llm.add(act("execute_python", "import time\nopen('started', 'w').close()\ntime.sleep(300)"))
+    process = _start(llm, isolated, "-y", "long work")
+    assert _wait_for(lambda: (isolated.work / "started").exists())
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    (run,) = run_dirs(isolated.home)
+    died = max((run / "trace.jsonl").stat().st_mtime, (run / "result.json").stat().st_mtime)
+    (listed,) = json.loads(cli("runs", "--json").stdout)
+    assert listed["status"] == "interrupted"
+    ended = listed["ended_at"]
+    from datetime import datetime
+
+    assert abs(datetime.fromisoformat(ended.replace("Z", "+00:00")).timestamp() - died) < 1.5
+    assert json.loads(cli("runs", "--json").stdout)[0]["ended_at"] == ended  # read again later: the same end
