@@ -69,8 +69,9 @@ class Agent:
         interactive = not settings.unattended and sys.stdin is not None and sys.stdin.isatty()
         self.ui = ui or Terminal(interactive=interactive, debug=settings.debug, quiet=quiet)
         self.ui.redact = self.redact
-        if interactive and not settings.yes:  # the approval panel shows these whole: the step line need not
-            self.ui.approved = {name for name, c in COMMANDS.items() if c.needs_approval}
+        if interactive:  # a panel shows these whole (the approval's, the question's): the step line need not
+            self.ui.approved = {"talk_to_user"} | ({name for name, c in COMMANDS.items() if c.needs_approval}
+                                                   if not settings.yes else set())
         # a .env that code of an earlier run could have written is not obeyed without the user's say
         self.dotenv = DotenvGuard(settings, self.environ)
         self.dotenv.check(self.ui)

@@ -309,6 +309,9 @@ class Run:
                 return Outcome(f"Not run: {command.name} needs the user's approval, and no user is present. The user "
                                "must start miniagi with -y (--yes) to let commands run unattended.")
             approval = self.ui.approve(command.name, action.arg)
+            if approval.every_later:  # `a`: this run goes on as with -y (a resume it suggests says -y too)
+                self.settings = replace(self.settings, yes=True)
+                self.ui.approved = {name for name in self.ui.approved if name not in code_commands()}
             if not approval.run:
                 return Outcome(approval.observation)
         try:
