@@ -190,9 +190,37 @@ class Agent:
         self._check_workdir()
         self._check_endpoint()
         run = Run(self.services, record, state, resumed=True)
-        run.emit(ev.Resume(step=state.completed_step, time=now_iso(), settings=self.settings.to_dict()))
+        run.kept = self._cut_off_step(state)
+        run.emit(ev.Resume(step=state.completed_step, time=now_iso(), settings=self.settings.to_dict(),
+                           kept_step=state.pending.step if run.kept else None))
         run.alerts.append(RESUMED)
         return run.drive()
+
+    def _cut_off_step(self, state: RunState):
+        """A step whose command an interrupt cut off (its action recorded, its observation not): said, and its
+        recorded action returned to be taken again as it was — no second model call for it — unless the person
+        asks for the reply anew (then None)."""
+        from .protocols import Decision
+        from .protocols.tags import split_args
+
+        action = state.pending
+        if action is None or action.command not in COMMANDS:
+            return None
+        command = COMMANDS[action.command]
+        what = "code" if action.command in ("execute_python", "execute_shell") else action.command
+        cut = state.cut_short if state.cut_short and state.cut_short.get("step") == action.step else None
+        if cut is None:
+            how = "was cut off (its process ended)"
+        elif cut.get("ran_s") is None:
+            how = "was interrupted before it ran"
+        else:
+            how = f"was interrupted after {cut['ran_s']:.1f} s"
+        self.ui.warn(f"step {action.step}'s {what} {how}; it will run again")
+        if self.ui.interactive and self.ui.confirm(f"Ask the model for step {action.step} anew (a new model call) "
+                                                   f"instead of running its recorded {what} again?"):
+            return None
+        args = command.arguments(action.args) if action.args is not None else split_args(command, action.arg)
+        return Decision(thought=action.thought, command=action.command, args=args, given=action.args)
 
     def _check_workdir(self) -> None:
         """Code needs a directory to run in: a file there is a usage error; a missing one is made, and said."""

@@ -375,8 +375,9 @@ class Terminal:
         # every character of the code, long lines wrapped (never cropped), even when stderr is not a terminal
         self.console.print(Panel(Syntax(self.shown(arg), lexer, word_wrap=True), title=command,
                                  border_style="yellow"), soft_wrap=False)
-        answer = self._input("[bold]Run it?[/] \\[Y]es / \\[n]o / \\[a]ll: this and every later command of this "
-                             "run / or type feedback for the agent [dim](Enter, y, yes, ok, sure: run it)[/]: ").strip()
+        answer = self._input("[bold]Run it?[/] \\[Y]es / \\[n]o / \\[a]ll (this and every later command of this "
+                             "run) / or type feedback for the agent [dim](Enter, y, yes, ok, sure: run it)[/]: ")
+        answer = answer.strip()
         word = answer.lower().rstrip(".!")
         if word in YES:
             return Approval(True)

@@ -238,3 +238,60 @@ def test_a_killed_runs_clock_stops_where_it_died(cli, llm, isolated):
 
     assert abs(datetime.fromisoformat(ended.replace("Z", "+00:00")).timestamp() - died) < 1.5
     assert json.loads(cli("runs", "--json").stdout)[0]["ended_at"] == ended  # read again later: the same end
+
+
+# --- a resume after an interrupted command -------------------------------------------------------------------------
+def _interrupted_in_code(llm, isolated):
+    """A run stopped by Ctrl-C while step 2's code runs (it appended a line to a file first)."""
+    import signal
+
+    from .test_end_to_end import _start, _wait_for
+
+    llm.add(act("memorize_thoughts", "a plan"),
+            act("execute_python", "open('log.txt', 'a').write('ran\\n')\nimport time\ntime.sleep(0.5 if "
+                                  "open('log.txt').read().count('ran') > 1 else 300)\nprint('slept')",
+                thought="append then wait"))
+    process = _start(llm, isolated, "-y", "append and wait")
+    assert _wait_for(lambda: (isolated.work / "log.txt").exists())
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    return len(llm.requests)
+
+
+def test_a_resume_says_the_command_was_cut_off_and_keeps_its_recorded_reply(cli, llm, isolated):
+    asked = _interrupted_in_code(llm, isolated)
+    (run,) = run_dirs(isolated.home)
+    end = [json.loads(line) for line in (run / "trace.jsonl").read_text().splitlines()][-1]
+    assert end["type"] == "run_end" and end["cut_short"]["step"] == 2 and end["cut_short"]["ran_s"] >= 0
+    llm.add(act("done", "appended"))
+    proc = cli("resume", "last", "-y")
+    assert proc.returncode == 0, proc.stderr
+    said = re.search(r"step 2's code was interrupted after (\d+\.\d) s; it will run again", proc.stderr)
+    assert said and float(said.group(1)) == end["cut_short"]["ran_s"]
+    assert "resuming at step 2" in proc.stderr
+    assert len(llm.requests) == asked + 1  # step 2's reply was not asked for again: only step 3's
+    assert (isolated.work / "log.txt").read_text() == "ran\nran\n"  # its code did run again, as said
+    events = [json.loads(line) for line in (run / "trace.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in events if e["type"] == "action"] == [1, 2, 3]  # step 2 recorded once
+    observed = {e["step"]: e["text"] for e in events if e["type"] == "observation"}
+    assert "slept" in observed[2]
+    resume = next(e for e in events if e["type"] == "resume")
+    assert resume["kept_step"] == 2
+    result = json.loads((run / "result.json").read_text())
+    assert (result["status"], result["steps"], result["llm_calls"]) == ("done", 3, 3)
+
+
+def test_at_a_terminal_the_person_may_ask_the_model_anew(llm, isolated):
+    from .test_interactive import run_in_terminal
+
+    asked = _interrupted_in_code(llm, isolated)
+    llm.add(act("execute_python", "print('another way')"), act("done", "asked anew"))
+    env = dict(os.environ, OPENAI_BASE_URL=llm.url, OPENAI_API_KEY="sk-test-key-123456", MINIAGI_MEMORY_SCOPE="off")
+    proc = run_in_terminal(llm, isolated, "y\n", "resume", "last", "-y", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "step 2's code was interrupted after" in proc.stderr and "Ask the model for step 2 anew" in proc.stderr
+    assert len(llm.requests) == asked + 2 and (isolated.work / "log.txt").read_text() == "ran\n"
+    (run,) = run_dirs(isolated.home)
+    events = [json.loads(line) for line in (run / "trace.jsonl").read_text().splitlines()]
+    assert "kept_step" not in next(e for e in events if e["type"] == "resume")
