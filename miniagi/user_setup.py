@@ -50,9 +50,10 @@ def _ask_until_it_works(current: dict[str, str]) -> tuple[str | None, str | None
     from .endpoint import base_url_problem
 
     while True:
+        _say("The endpoint: OpenAI, or the URL of an OpenAI-compatible server (Ollama: http://localhost:11434/v1, "
+             "LM Studio: http://localhost:1234/v1, vLLM or llama.cpp: http://HOST:PORT/v1).")
         shown = f"Enter for {current['OPENAI_BASE_URL']}, 'openai'" if current.get("OPENAI_BASE_URL") else "Enter"
-        answer = _ask(f"Endpoint: {shown} for OpenAI, or the URL of an OpenAI-compatible server (Ollama: "
-                      "http://localhost:11434/v1, LM Studio: http://localhost:1234/v1): ")
+        answer = _ask(f"Endpoint ({shown} for OpenAI, or a URL): ")
         base_url = current.get("OPENAI_BASE_URL") if not answer else None if answer.lower() == "openai" else answer
         problem = base_url_problem(base_url)
         if problem:
@@ -69,9 +70,9 @@ def _ask_until_it_works(current: dict[str, str]) -> tuple[str | None, str | None
 
 
 def _ask_key(current: str | None, needed: bool) -> str | None:
-    keep = "Enter keeps the current one" if current else "Enter for none (a local server)" if not needed else ""
+    keep = "Enter keeps the current one" if current else "Enter for none: a local server" if not needed else ""
     while True:
-        key = _ask(f"API key (not shown as you type{'; ' + keep if keep else ''}): ", secret=True)
+        key = _ask(f"API key (hidden as you type{'; ' + keep if keep else ''}): ", secret=True)
         if key:
             return key
         if current:
@@ -153,8 +154,16 @@ def _ask(prompt: str, secret: bool = False) -> str:
 
 
 def _say(text: str) -> None:
+    """A message, each of its lines wrapped at the terminal's width (whole lines into a pipe)."""
+    import shutil
+    import textwrap
+
     from .ui import visible
 
+    if sys.stderr.isatty():
+        width = shutil.get_terminal_size().columns - 1
+        text = "\n".join(textwrap.fill(line, width, subsequent_indent=" " * (len(line) - len(line.lstrip())))
+                         for line in text.split("\n"))
     print(visible(text), file=sys.stderr, flush=True)
 
 

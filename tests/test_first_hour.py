@@ -132,9 +132,9 @@ def test_setup_at_a_terminal_asks_checks_and_writes_the_users_file(llm, isolated
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "MINIAGI_"))}
     env["HOME"] = str(tmp_path / "user-home")
     screen = Screen(["setup"], isolated.work, env)
-    screen.wait_for(r"Endpoint: Enter for OpenAI, or the URL")
+    screen.wait_for(r"Endpoint \(Enter for OpenAI, or a URL\):$")
     os.write(screen.master, f"{llm.url}\n".encode())
-    screen.wait_for(r"API key \(not shown as you type; Enter for none")
+    screen.wait_for(r"API key \(hidden as you type; Enter for none: a local server\):$")
     os.write(screen.master, b"sk-setup-secret-4242\n")
     screen.wait_for(r"1\. gpt-4o-mini[\s\S]*Model \(a number or a name; Enter for gpt-4o-mini\)")  # /models' list
     llm.add("OK")
