@@ -197,24 +197,21 @@ class Agent:
         return run.drive()
 
     def _cut_off_step(self, state: RunState):
-        """A step whose command an interrupt cut off (its action recorded, its observation not): said, and its
-        recorded action returned to be taken again as it was — no second model call for it — unless the person
-        asks for the reply anew (then None)."""
+        """A step whose command an interrupt cut off while it ran (its action recorded, its observation not): said,
+        and its recorded action returned to be taken again as it was — no second model call for it — unless the
+        person asks for the reply anew (then None, as for a step stopped at its approval)."""
         from .protocols import Decision
         from .protocols.tags import split_args
 
         action = state.pending
         if action is None or action.command not in COMMANDS:
             return None
+        cut = state.cut_short if state.cut_short and state.cut_short.get("step") == action.step else None
+        if cut is not None and cut.get("ran_s") is None:  # stopped at its approval: they may want another way
+            return None
         command = COMMANDS[action.command]
         what = "code" if action.command in ("execute_python", "execute_shell") else action.command
-        cut = state.cut_short if state.cut_short and state.cut_short.get("step") == action.step else None
-        if cut is None:
-            how = "was cut off (its process ended)"
-        elif cut.get("ran_s") is None:
-            how = "was interrupted before it ran"
-        else:
-            how = f"was interrupted after {cut['ran_s']:.1f} s"
+        how = "was cut off (its process ended)" if cut is None else f"was interrupted after {cut['ran_s']:.1f} s"
         self.ui.warn(f"step {action.step}'s {what} {how}; it will run again")
         if self.ui.interactive and self.ui.confirm(f"Ask the model for step {action.step} anew (a new model call) "
                                                    f"instead of running its recorded {what} again?"):
