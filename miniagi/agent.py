@@ -207,8 +207,9 @@ class Agent:
         if action is None or action.command not in COMMANDS:
             return None
         cut = state.cut_short if state.cut_short and state.cut_short.get("step") == action.step else None
-        if cut is not None and cut.get("ran_s") is None:  # stopped at its approval: they may want another way
-            return None
+        killed = state.status == "running"  # no end recorded: its process ended mid-step
+        if not killed and (cut is None or cut.get("ran_s") is None):  # a limit, or stopped at its approval: the
+            return None  # person may want another way; asked anew
         command = COMMANDS[action.command]
         what = "code" if action.command in ("execute_python", "execute_shell") else action.command
         how = "was cut off (its process ended)" if cut is None else f"was interrupted after {cut['ran_s']:.1f} s"

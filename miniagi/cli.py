@@ -8,6 +8,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import sys
 
 from . import __version__
@@ -678,7 +679,7 @@ def main(argv: list[str] | None = None) -> int:
                 and not mistyped:
             _objective_hint(argv)
         raise
-    if implied and len(args.objective) == 1:
+    if implied and len(args.objective) == 1 and re.fullmatch(r"[\w-]+", args.objective[0]):
         meant = _meant(args.objective[0])
         if meant:  # `miniagi ls`: a command mistyped or guessed, not a paid run
             _complain(f"{args.objective[0]!r} is not a miniagi command: did you mean {meant}? (a one-word objective: "

@@ -43,10 +43,11 @@ def test_the_same_word_after_options_is_caught_and_run_word_is_a_one_word_object
     assert json.loads((run / "result.json").read_text())["objective"] == "ls"
 
 
-def test_a_word_that_may_be_an_objective_still_runs(cli, llm):
+@pytest.mark.parametrize("objective", [["hello"], ["show settings"], ["list", "the", "files"], ["ls -la"]])
+def test_a_word_that_may_be_an_objective_and_more_words_still_run(cli, llm, objective):
     llm.add(act("done", "hi there"))
-    proc = cli("hello")
-    assert proc.returncode == 0 and proc.stdout == "hi there\n"
+    proc = cli("-y", *objective)
+    assert proc.returncode == 0 and proc.stdout == "hi there\n", proc.stderr
 
 
 def test_version_prints_the_name_and_version(cli):
