@@ -138,8 +138,9 @@ class Run:
                 if kept is None:
                     self.check_limits()
                     action = self.think()
-                else:  # its model call was made (and paid) before the interrupt
+                else:  # its model call was made (and paid) before the interrupt: shown again, taken again
                     action, kept = kept, None
+                    self.ui.action(state.step, action.thought, action.command, action.arg, state.cost_usd)
                 if objective:
                     self.remember(*objective)
                     objective = []

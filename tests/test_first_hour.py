@@ -270,7 +270,7 @@ def test_a_resume_says_the_command_was_cut_off_and_keeps_its_recorded_reply(cli,
     assert proc.returncode == 0, proc.stderr
     said = re.search(r"step 2's code was interrupted after (\d+\.\d) s; it will run again", proc.stderr)
     assert said and float(said.group(1)) == end["cut_short"]["ran_s"]
-    assert "resuming at step 2" in proc.stderr
+    assert "resuming at step 2" in proc.stderr and "step 2 execute_python" in proc.stderr  # shown again
     assert len(llm.requests) == asked + 1  # step 2's reply was not asked for again: only step 3's
     assert (isolated.work / "log.txt").read_text() == "ran\nran\n"  # its code did run again, as said
     events = [json.loads(line) for line in (run / "trace.jsonl").read_text().splitlines()]
