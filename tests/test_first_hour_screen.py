@@ -15,7 +15,7 @@ import pytest
 from . import test_live_terminal
 from .conftest import act
 from .fake_llm import Stream
-from .test_mcp import PROBE, write_config
+from .test_mcp import PROBE, real_servers, write_config
 
 WORDS = " ".join(f"w{i}" for i in range(150))  # one line of ~800 characters: ten screen lines at 80 columns
 
@@ -158,3 +158,17 @@ def test_no_fragment_of_the_thought_is_left_above_a_steps_header_under_load(monk
     assert len(headers) == STEPS
     assert headers[0] == 0 and all(lines[i - 1] == "    ok" for i in headers[1:]), \
         [lines[i - 1] for i in headers if i and lines[i - 1] != "    ok"]
+
+
+@real_servers
+def test_the_time_servers_json_result_is_shown_whole(narrow, terminal, llm, tmp_path):
+    """The issue's own case: get_current_time answers with a few lines of JSON."""
+    config = write_config(tmp_path / "time.json", {"time": {
+        "command": sys.executable, "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"]}})
+    llm.add(act("time__get_current_time", '{"timezone": "Europe/Paris"}'), act("done", "it is late"))
+    screen = terminal("-y", "--mcp-config", config, "what time is it in Paris")
+    assert screen.finish() == 0
+    shown = screen.text()
+    assert "UNTRUSTED" not in shown
+    assert re.search(r'\n    \{\n\s+"timezone": "Europe/Paris",\n\s+"datetime": "\d{4}-', shown), shown
+    assert re.search(r'\n\s+"is_dst": (true|false)\n    \}\n', shown), shown
