@@ -281,6 +281,9 @@ def test_a_resume_says_the_command_was_cut_off_and_keeps_its_recorded_reply(cli,
     assert resume["kept_step"] == 2
     result = json.loads((run / "result.json").read_text())
     assert (result["status"], result["steps"], result["llm_calls"]) == ("done", 3, 3)
+    shown = cli("show", "last")
+    assert shown.returncode == 0 and shown.stdout.count("step 2 command: execute_python") == 1, shown.stdout
+    assert "slept" in shown.stdout
 
 
 def test_at_a_terminal_the_person_may_ask_the_model_anew(llm, isolated):
