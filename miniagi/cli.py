@@ -126,7 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
         usage='miniagi [OPTIONS] "OBJECTIVE"  |  miniagi COMMAND ...',
         description="An autonomous agent: give it an objective, it works in short steps until done.",
         epilog="main run options (`miniagi run --help` lists them all, each also an environment variable):\n"
-               + _main_options() + '\n\nexamples:\n  miniagi -y -m gpt-4o "Find the largest file in this folder"\n'
+               + _main_options() + '\n\nexamples:\n  miniagi setup      (first: the model endpoint, key and model)\n'
+               '  miniagi -y -m gpt-4o "Find the largest file in this folder"\n'
                "  miniagi runs      miniagi show last      miniagi resume last      miniagi chat",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
