@@ -20,7 +20,7 @@ from memory.tokens import counter_for
 
 from . import events as ev
 from .commands import CommandTable
-from .config import ConfigError, Settings, read_dotenv
+from .config import ConfigError, Settings, read_settings_files
 from .model import Model, PriceTable
 from .prompts import system_prompt
 from .protocols import formats
@@ -50,7 +50,7 @@ class Agent:
         self.settings = settings
         environ = dict(os.environ if environ is None else environ)
         # the gate every text crosses before a model request, the run's files, the vector store or the terminal
-        redact = Redactor(environ, read_dotenv())
+        redact = Redactor(environ, read_settings_files())
         prices = getattr(model, "prices", None) or PriceTable(settings.prices)
         interactive = not settings.unattended and sys.stdin is not None and sys.stdin.isatty()
         ui = ui or Terminal(interactive=interactive, debug=settings.debug, quiet=quiet)
@@ -74,9 +74,9 @@ class Agent:
         try:
             commands = CommandTable(mcp.commands)  # made once: every run of this agent offers the same
             protocol = formats()[settings.protocol].offering(commands)
-            # the approval panel shows these whole: the step line need not
-            ui.serve(redact, protocol, {c.name for c in commands.values() if c.needs_approval}
-                     if interactive and not settings.yes else set())
+            # a panel shows these whole (the approval's, the question's): the step line need not
+            ui.serve(redact, protocol, ({"talk_to_user"} | ({c.name for c in commands.values() if c.needs_approval}
+                                                            if not settings.yes else set())) if interactive else set())
             budget, counter = Budget.from_settings(settings), counter_for(settings.model)
             # the tools protocol sends its schemas with every request: they are part of the prompt the budget bounds
             tools = protocol.request().get("tools")
@@ -189,8 +189,33 @@ class Agent:
         self._check_workdir()
         self._check_endpoint()
         run = Run(self.services, record, state, self.workspace(), resumed=True)
-        run.emit(ev.Resume(step=state.completed_step, time=now_iso(), settings=self.settings.to_dict()))
+        run.kept = self._cut_off_step(state)
+        run.emit(ev.Resume(step=state.completed_step, time=now_iso(), settings=self.settings.to_dict(),
+                           kept_step=state.pending.step if run.kept else None))
         return run.drive()
+
+    def _cut_off_step(self, state: RunState):
+        """A step whose command an interrupt cut off while it ran (its action recorded, its observation not): said,
+        and its recorded action returned to be taken again as it was — no second model call for it — unless the
+        person asks for the reply anew (then None, as for a step stopped at its approval)."""
+        from .protocols import Decision
+
+        action, commands, ui = state.pending, self.services.commands, self.services.ui
+        if action is None or action.command not in commands:
+            return None
+        cut = state.cut_short if state.cut_short and state.cut_short.get("step") == action.step else None
+        killed = state.status == "running"  # no end recorded: its process ended mid-step
+        if not killed and (cut is None or cut.get("ran_s") is None):  # a limit, or stopped at its approval: the
+            return None  # person may want another way; asked anew
+        command = commands[action.command]
+        what = "code" if action.command in ("execute_python", "execute_shell") else action.command
+        how = "was cut off (its process ended)" if cut is None else f"was interrupted after {cut['ran_s']:.1f} s"
+        ui.warn(f"step {action.step}'s {what} {how}; it will run again")
+        if ui.interactive and ui.confirm(f"Ask the model for step {action.step} anew (a new model call) "
+                                                   f"instead of running its recorded {what} again?"):
+            return None
+        args = command.arguments(action.args) if action.args is not None else command.parse(action.arg)
+        return Decision(thought=action.thought, definition=command, args=args, given=action.args)
 
     def _check_workdir(self) -> None:
         """Code needs a directory to run in: a file there is a usage error; a missing one is made, and said."""

@@ -31,7 +31,7 @@ from rich.text import Text
 from . import safefs
 from .batch_report import (figures, latest_results, pipe_console, preview, print_table, register_batch, results_key,
                            scores, sign, succeeded, summary_line, summary_table, totals)
-from .config import OPTIONS_BY_NAME, ConfigError, Settings, read_dotenv, resolve_settings
+from .config import OPTIONS_BY_NAME, ConfigError, Settings, read_settings_files, resolve_settings
 from .redaction import Redactor, redact_data
 from .runs import miniagi_command, now_iso
 from .text import json_lines
@@ -180,7 +180,7 @@ class Batch:
         self.spent = 0.0
         self.stopping = False
         self.previous: dict[tuple[str, int], dict] = {}  # the results of an earlier run of this batch
-        self.redact = Redactor(os.environ, read_dotenv())  # results and logs pass the same gate as a run's files
+        self.redact = Redactor(os.environ, read_settings_files())  # results and logs: the gate of a run's files
         # the lines this batch writes are signed with the home's key: a rerun takes only those as done
         self.key = results_key(home) if home is not None else None
         # an objective works in a folder of its own (DIR/work/NAME) unless --workdir or its line names one: never
@@ -342,7 +342,9 @@ class Batch:
         times = f" × {self.repeat} repeats" if self.repeat > 1 else ""
         self.console.print(f"[bold]batch[/] {len(self.objectives)} objectives{times} · "
                            f"{len(attempts) - len(todo)} already done · {len(todo)} to run on {self.workers} "
-                           f"workers · results in {self.results_path}")
+                           f"workers · results in {self.results_path}"
+                           + (f" · work directories in {self.out.resolve() / 'work'} (one per objective)"
+                              if self.own_workdirs else ""))
         for objective in self.objectives:  # every bad line at once, before anything runs
             if objective.problem:
                 self.console.print(f"[red]{objective.problem}[/] (this objective fails alone)", markup=True,

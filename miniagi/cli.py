@@ -8,10 +8,11 @@ import contextlib
 import errno
 import json
 import os
+import re
 import sys
 
 from . import __version__
-from .config import OPTIONS, OPTIONS_BY_NAME, ConfigError, Option, forget_dotenv, resolve_settings
+from .config import OPTIONS, OPTIONS_BY_NAME, ConfigError, Option, forget_dotenv, read_settings_files, resolve_settings
 from .runs import STATUSES, WHOLE_RUN_ID
 
 COMMAND_HELP = {
@@ -26,7 +27,17 @@ COMMAND_HELP = {
     "chat": "an interactive session: each line is the next objective; Python state, memory and summary carry over",
     "diff": "show what a run (or one of its steps) changed in its work directory, as a unified diff",
     "undo": "put a run's work directory back as it was before the run (or after one of its steps)",
+    "setup": "ask for the model endpoint, key and model, check them, and keep them in ~/.miniagi/.env",
+    "tools": "list the commands a run here would offer: the built-in ones and the MCP servers' tools",
 }
+
+# a single word given as the objective that is surely meant as a command: what it likely meant
+MEANT = {"help": "miniagi --help", "version": "miniagi --version", "list": "miniagi runs", "ls": "miniagi runs",
+         "ps": "miniagi runs", "status": "miniagi runs", "history": "miniagi runs", "logs": "miniagi show last",
+         "log": "miniagi show last", "last": "miniagi show last", "config": "miniagi setup",
+         "configure": "miniagi setup", "settings": "miniagi setup", "init": "miniagi setup", "login": "miniagi setup",
+         "mcp": "miniagi tools", "commands": "miniagi tools", "web": "miniagi ui", "serve": "miniagi ui",
+         "continue": "miniagi resume last", "undo": "miniagi undo last", "diff": "miniagi diff last"}
 
 
 class Parser(argparse.ArgumentParser):
@@ -126,7 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
         usage='miniagi [OPTIONS] "OBJECTIVE"  |  miniagi COMMAND ...',
         description="An autonomous agent: give it an objective, it works in short steps until done.",
         epilog="main run options (`miniagi run --help` lists them all, each also an environment variable):\n"
-               + _main_options() + '\n\nexamples:\n  miniagi -y -m gpt-4o "Find the largest file in this folder"\n'
+               + _main_options() + '\n\nexamples:\n  miniagi setup      (first: the model endpoint, key and model)\n'
+               '  miniagi -y -m gpt-4o "Find the largest file in this folder"\n'
                "  miniagi runs      miniagi show last      miniagi resume last      miniagi chat",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -180,8 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
                                 "up results folders.")
     batch.add_argument("file", help="the objectives: .txt or .jsonl")
     batch.add_argument("--workers", type=int, default=2, help="objectives run at once (default 2)")
-    batch.add_argument("--out", default=None, help="where results.jsonl and logs/ go (default: jobs.txt → "
-                       "jobs-txt-results)")
+    batch.add_argument("--out", default=None, metavar="DIR", help="where results.jsonl and logs/ go (default: "
+                       "jobs.txt → jobs-txt-results); each objective works in a fresh folder of its own, DIR/work/ID, "
+                       "unless --workdir (or its line's workdir) names one")
     batch.add_argument("--max-batch-cost", type=float, default=None, metavar="USD",
                        help="start no new objective once the batch has spent this much")
     batch.add_argument("--timeout", type=float, default=None, metavar="S", help="stop an objective after S seconds")
@@ -243,6 +256,18 @@ def build_parser() -> argparse.ArgumentParser:
     memory.add_argument("--json", action="store_true", help="print JSON")
     _add_options(memory, "home", "embedding_model", "memory_url")
     memory.add_argument("-y", "--yes", action="store_true", help="clear without asking (clear)")
+
+    commands.add_parser("setup", help=COMMAND_HELP["setup"], description=COMMAND_HELP["setup"] + " (mode 0600). "
+                        "It asks for the endpoint (OpenAI, or the URL of an OpenAI-compatible server), the key and "
+                        "the model (offering those the endpoint lists), and checks them with one short request "
+                        "before it writes anything. Every later start reads that file, from any folder: after the "
+                        "environment and ./.env, before the defaults.")
+
+    tools = commands.add_parser("tools", help=COMMAND_HELP["tools"], description=COMMAND_HELP["tools"] + ", each "
+                                "with its arguments. MCP servers (of --mcp-config, and of ./.mcp.json once you said "
+                                "yes to it) are started to list their tools, then stopped; no run starts.")
+    _add_options(tools, "mcp_config", "workdir", "home")
+    tools.add_argument("--json", action="store_true", help="print the commands as a JSON array")
     parser.commands = commands.choices  # each subcommand's own parser, for its own usage errors
     return parser
 
@@ -497,12 +522,12 @@ class MemoryUnavailable(Exception):
 
 def cmd_memory(args: argparse.Namespace) -> int:
     from .agent import open_vector_memory
-    from .config import read_dotenv
+    from .config import read_settings_files
     from .redaction import Redactor
 
     settings = resolve_settings({"home": args.home, "embedding_model": args.embedding_model,
                                  "memory_url": args.memory_url})
-    redact = Redactor(os.environ, read_dotenv())  # memories stored before the secret gate existed, too
+    redact = Redactor(os.environ, read_settings_files())  # memories stored before the secret gate existed, too
     # (and the journals opening the store stores pass the gate again)
     vectors = open_vector_memory(settings.with_overrides({"memory_scope": "global"}), os.environ, None, redact)
     if args.run:
@@ -580,6 +605,51 @@ def check_dotenv(settings) -> None:
     DotenvGuard(settings, os.environ).check(Terminal(interactive=sys.stdin is not None and sys.stdin.isatty()))
 
 
+def cmd_setup(args: argparse.Namespace) -> int:
+    from .user_setup import run_setup
+
+    return run_setup()
+
+
+def cmd_tools(args: argparse.Namespace) -> int:
+    """The commands a run with these settings would offer; MCP servers started only to list theirs."""
+    from .commands import CommandTable
+    from .mcp_tools import McpCommand, McpTools
+    from .redaction import Redactor
+    from .ui import Terminal, visible, visible_json
+
+    settings = resolve_settings({"mcp_config": args.mcp_config, "workdir": args.workdir, "home": args.home})
+    ui = Terminal(interactive=sys.stdin is not None and sys.stdin.isatty())
+    ui.redact = Redactor(os.environ, read_settings_files())
+    mcp = McpTools.configured(settings, ui)
+    ui.redact.include(*(spec.secrets() for spec in mcp.specs))
+    try:
+        with _starting():
+            mcp.start()
+        listed = [{"name": c.name, "arguments": c.help_argument() if isinstance(c, McpCommand) else
+                   ", ".join(f"{p.name}: {p.type}" for p in c.parameters), "doc": c.doc,
+                   **({"server": c.server, "input_schema": c.schema()} if isinstance(c, McpCommand) else {})}
+                  for c in CommandTable(mcp.commands).actions()]
+    finally:
+        mcp.close()
+    if args.json:
+        print(visible_json(listed))
+        return 0
+    built_in = [c for c in listed if "server" not in c]
+    from_servers = [c for c in listed if "server" in c]
+    servers = ", ".join(dict.fromkeys(c["server"] for c in from_servers))
+    lines = [f"{len(built_in)} built-in commands:", *_described(built_in), "",
+             f"{len(from_servers)} MCP tools (servers: {servers}):" if from_servers else
+             "no MCP tools: --mcp-config FILE (or ./.mcp.json) names servers (see docs/mcp.md)",
+             *_described(from_servers)]
+    print(visible(ui.redact("\n".join(lines))))
+    return 0
+
+
+def _described(commands: list[dict]) -> list[str]:
+    return [line for c in commands for line in (f"  {c['name']} {c['arguments']}", f"      {c['doc']}")]
+
+
 def cmd_ui(args: argparse.Namespace) -> int:
     try:
         from .webui.app import listen, serve
@@ -588,7 +658,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
         raise ConfigError(f"the web UI needs its extra: pip install \"miniagi[ui]\" ({exc.name} is missing)") from None
     from pathlib import Path
 
-    from .config import read_dotenv
+    from .config import read_settings_files
     from .redaction import Redactor
 
     if args.host not in ("127.0.0.1", "localhost", "::1"):
@@ -606,7 +676,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
     host = f"[{args.host}]" if ":" in args.host else args.host
     print(f"miniagi ui: http://{host}:{args.port}/?token={token}\n  (runs under {home}; work directories: "
           f"{', '.join(map(str, dict.fromkeys(workdirs)))}; Ctrl-C stops it)", file=sys.stderr, flush=True)
-    serve(sock, home, args.host, args.port, args.open, Redactor(os.environ, read_dotenv()), token,
+    serve(sock, home, args.host, args.port, args.open, Redactor(os.environ, read_settings_files()), token,
           list(dict.fromkeys(workdirs)))
     return 0
 
@@ -622,7 +692,7 @@ UNUSABLE_PLACE = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.E
 
 HANDLERS = {"run": cmd_run, "resume": cmd_resume, "runs": cmd_runs, "show": cmd_show, "memory": cmd_memory,
             "batch": cmd_batch, "batch-report": cmd_batch_report, "replay": cmd_replay, "chat": cmd_chat,
-            "ui": cmd_ui, "diff": cmd_diff, "undo": cmd_undo}
+            "ui": cmd_ui, "diff": cmd_diff, "undo": cmd_undo, "setup": cmd_setup, "tools": cmd_tools}
 
 
 def compact_malloc() -> None:
@@ -646,7 +716,8 @@ def main(argv: list[str] | None = None) -> int:
     if not argv:
         parser.print_help(sys.stderr)
         return 2
-    if argv[0] not in HANDLERS and argv[0] not in ("-h", "--help", "--version"):
+    implied = argv[0] not in HANDLERS and argv[0] not in ("-h", "--help", "--version")
+    if implied:
         argv.insert(0, "run")  # the default command: `miniagi "objective"`
     extras: list[str] = []
     try:
@@ -660,12 +731,18 @@ def main(argv: list[str] | None = None) -> int:
                 and not mistyped:
             _objective_hint(argv)
         raise
+    if implied and len(args.objective) == 1 and re.fullmatch(r"[\w-]+", args.objective[0]):
+        meant = _meant(args.objective[0])
+        if meant:  # `miniagi ls`: a command mistyped or guessed, not a paid run
+            _complain(f"{args.objective[0]!r} is not a miniagi command: did you mean {meant}? (a one-word objective: "
+                      f"miniagi run {args.objective[0]})")
+            return 2
     try:
         return HANDLERS[args.command](args)
     except ConfigError as error:
         _complain(str(error))
-        if str(error).startswith(("no run ", "there is no run")) and argv[0] in ("show", "resume", "replay") \
-                and len(argv) > 1 and not any(WHOLE_RUN_ID.fullmatch(word) for word in argv[1:]):  # an id: no objective
+        if str(error).startswith("no run ") and argv[0] in ("show", "resume", "replay") and len(argv) > 1 \
+                and not any(WHOLE_RUN_ID.fullmatch(word) for word in argv[1:]):  # words, not an id: an objective?
             _objective_hint(argv)
         return 2
     except KeyboardInterrupt:
@@ -694,15 +771,25 @@ def _home_hint(args: argparse.Namespace, error: OSError) -> str:
 
 def _complain(text: str) -> None:
     """An error line: no secret on it (a URL it names may hold a password), nothing that drives the terminal."""
-    from .config import read_dotenv
+    from .config import read_settings_files
     from .redaction import Redactor
     from .ui import visible
 
     try:
-        dotenv = read_dotenv()
+        dotenv = read_settings_files()
     except ConfigError:  # the .env itself is what is wrong
         dotenv = {}
     print(f"miniagi: {visible(Redactor(os.environ, dotenv)(text))}", file=sys.stderr)
+
+
+def _meant(word: str) -> str:
+    """The command a lone word most likely meant ("" for a word that may well be a one-word objective)."""
+    import difflib
+
+    word = word.strip().lower()
+    names = [name for name in HANDLERS if name not in ("run", "batch-report")] + list(MEANT)
+    close = [word] if word in MEANT else difflib.get_close_matches(word, names, n=2, cutoff=0.75)
+    return " or ".join(dict.fromkeys(MEANT.get(name, f"miniagi {name}") for name in close))
 
 
 def _objective_hint(argv: list[str]) -> None:
@@ -710,6 +797,37 @@ def _objective_hint(argv: list[str]) -> None:
     words = " ".join(argv)
     print(f"miniagi: {argv[0]!r} is a miniagi command; if \"{words}\" is an objective, quote it or say run first: "
           f"miniagi run \"{words}\"", file=sys.stderr)
+
+
+class ReaderMayLeave:
+    """stdout or stderr whose reader may go away (`miniagi … | head -3`): once a write finds the pipe closed, what
+    follows is dropped, so the run goes on to its end and records it rather than dying of the first line it shows."""
+
+    def __init__(self, stream):
+        self.stream, self.gone = stream, False
+
+    def write(self, text: str) -> int:
+        if not self.gone:
+            try:
+                return self.stream.write(text)
+            except (BrokenPipeError, ValueError):  # a closed pipe; a closed stream
+                self.gone = True
+            except OSError as error:
+                if error.errno != errno.EPIPE:
+                    raise
+                self.gone = True
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.gone:
+            self.write("")
+            try:
+                self.stream.flush()
+            except (BrokenPipeError, ValueError):
+                self.gone = True
+
+    def __getattr__(self, name: str):  # isatty, fileno, encoding…: the stream's own
+        return getattr(self.stream, name)
 
 
 def entry() -> None:
@@ -723,12 +841,10 @@ def entry() -> None:
     # inherits it ignored, and so would every process it starts: take it back, so the interrupt always works.
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    sys.stdout, sys.stderr = ReaderMayLeave(sys.stdout), ReaderMayLeave(sys.stderr)
     code = main()
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except (BrokenPipeError, ValueError):
-        pass
+    sys.stdout.flush()
+    sys.stderr.flush()
     os._exit(code)
 
 

@@ -277,11 +277,6 @@ def command(needs_approval: bool = False, python: bool = False, action: bool = T
     return register
 
 
-def actions() -> list[Command]:
-    """The built-in commands the model may reply with."""
-    return CommandTable().actions()
-
-
 def untrusted(label: str, text: str) -> str:
     """Outside text, fenced and labelled, so the model treats it as data (see the system prompt)."""
     from memory.context import fence_untrusted

@@ -336,6 +336,20 @@ def read_dotenv(directory: Path | None = None) -> dict[str, str]:
     return dict(_dotenv_read[path])
 
 
+def user_dotenv_path() -> Path:
+    """The user's own settings (written by `miniagi setup`): in the default home, whatever --home says, where
+    executed code never reaches (see docs/security.md)."""
+    return Path(Settings.home).expanduser() / ".env"
+
+
+def read_settings_files() -> dict[str, str]:
+    """What the settings files give: ./.env over ~/.miniagi/.env (both under the environment and the options)."""
+    user = str(user_dotenv_path().absolute())
+    if user not in _dotenv_read:
+        _dotenv_read[user] = _parse_dotenv(user) if os.path.isfile(user) else ()
+    return {**dict(_dotenv_read[user]), **read_dotenv()}
+
+
 def forget_dotenv() -> None:
     """A new start-up (each `main()`): the next read_dotenv reads the files again."""
     _dotenv_read.clear()
@@ -409,9 +423,10 @@ def resolve_settings(
     environ: Mapping[str, str] | None = None,
     dotenv: Mapping[str, str] | None = None,
 ) -> Settings:
-    """flag > environment > .env > default, for every option of the table."""
+    """flag > environment > ./.env > ~/.miniagi/.env > default, for every option of the table (`dotenv`: the files'
+    settings, read when not given)."""
     environ = os.environ if environ is None else environ
-    dotenv = read_dotenv() if dotenv is None else dotenv
+    dotenv = read_settings_files() if dotenv is None else dotenv
     values: dict[str, Any] = {}
     for option in OPTIONS:
         flag_value = flags.get(option.name)
@@ -452,7 +467,7 @@ class Endpoint:
     def from_environment(cls, environ: Mapping[str, str] | None = None,
                          dotenv: Mapping[str, str] | None = None) -> "Endpoint":
         environ = os.environ if environ is None else environ
-        dotenv = read_dotenv() if dotenv is None else dotenv
+        dotenv = read_settings_files() if dotenv is None else dotenv
 
         def lookup(name: str) -> str | None:
             value = environ.get(name) or dotenv.get(name)
@@ -471,8 +486,9 @@ class Endpoint:
         check_proxies(os.environ)
         if not self.api_key and not self.base_url:
             raise ConfigError(
-                "no model endpoint: set OPENAI_API_KEY (OpenAI) or OPENAI_BASE_URL (a local server such as "
-                "Ollama: http://localhost:11434/v1), in the environment or in ./.env"
+                "no model endpoint: `miniagi setup` asks for one and keeps it; or set OPENAI_API_KEY (OpenAI) or "
+                "OPENAI_BASE_URL (a local server such as Ollama: http://localhost:11434/v1), in the environment, "
+                f"./.env or {user_dotenv_path()}"
             )
 
 

@@ -179,6 +179,7 @@ class Resume(Event):
     type: ClassVar[str] = "resume"
     time: str = ""
     settings: dict = field(default_factory=dict)
+    kept_step: int | None = optional()  # a step cut off mid-way whose recorded reply is taken again (not asked anew)
 
 
 @dataclass
@@ -200,6 +201,7 @@ class RunEnd(Event):
     status: str = "error"
     answer: str | None = None
     message: str = ""
+    cut_short: dict | None = optional()  # the step whose command was cut off: {step, command, ran_s}
 
 
 @dataclass

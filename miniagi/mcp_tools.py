@@ -177,7 +177,7 @@ def _trusted(path: Path, ui) -> bool:
         ui.warn(f"{path} was not used: it starts programs outside the sandbox and there is no terminal to confirm "
                 f"it; give it with --mcp-config {path} to use it")
         return False
-    if not ui.confirm(f"{what}. Start them?"):
+    if not ui.confirm(f"{what}:\n{_listed(read_config(path))}\nStart them?"):
         ui.warn(f"{path} was not used")
         return False
     record.remember(path, facts)
@@ -186,6 +186,18 @@ def _trusted(path: Path, ui) -> bool:
     except OSError:
         ui.warn(f"the yes to {path} could not be remembered: it will be asked about again")
     return True
+
+
+def _listed(specs: list[ServerSpec]) -> str:
+    """Each server and what it starts: its command line (with the names of the variables it sets), or its URL."""
+    import shlex
+
+    lines = []
+    for spec in specs:
+        started = spec.url if spec.url else shlex.join([spec.command or "", *spec.args])
+        env = f" (with {', '.join(sorted(spec.env))} set)" if spec.env else ""
+        lines.append(f"  {spec.name}: {started}{env}")
+    return "\n".join(lines)
 
 
 # --- tools as commands --------------------------------------------------------------------------------------------

@@ -101,6 +101,9 @@ class Run:
         # what each step changes in the work directory, kept to be shown and undone (checkpoints/)
         self.checkpoints = open_checkpoints(self.settings, record.dir, services.redact.values, self.ui.warn,
                                             state.completed_step)
+        self.kept: Decision | None = None  # resumed: the cut-off step's recorded action, taken again as it was
+        self.command_started: float | None = None  # when the step's command began (after its approval)
+        self.cut_short: dict | None = None  # the step whose command an interrupt cut off, and how long it had run
 
     def emit(self, event: ev.Event) -> None:
         with self.emitting:
@@ -125,7 +128,7 @@ class Run:
         """Steps until the run stops (a stop is an exception), then `finish`."""
         state, record = self.state, self.record
         self.ui.run_started(record.run_id, state.objective, self.settings.model,
-                            state.step if self.resumed else None, follows=state.follows,
+                            state.completed_step if self.resumed else None, follows=state.follows,
                             sandbox=f"{self.workspace.execution.kind}, network "
                                     f"{'off' if self.settings.no_network else 'on'}")
         restore_sigterm = _raise_on_sigterm()
@@ -135,11 +138,16 @@ class Run:
         # up to 5 ms to go on; at 0.2 ms the lookup takes ~1.2x (the loop ~5-8 % slower while both run Python)
         _switching(+1)
         answer, interrupted = None, False
+        kept, self.kept = self.kept, None
         try:
             objective = self.begin()
             while True:
-                self.check_limits()
-                action = self.think()
+                if kept is None:
+                    self.check_limits()
+                    action = self.think()
+                else:  # its model call was made (and paid) before the interrupt: shown again, taken again
+                    action, kept = kept, None
+                    self.ui.action(state.step, action.thought, action.command, action.arg, state.cost_usd)
                 if objective:
                     self.remember(*objective)
                     objective = []
@@ -159,6 +167,11 @@ class Run:
             ending = ending_for(exc, record.run_id, first_call_made=self.resumed or state.llm_calls > 0,
                                 resume=self.resume_command())
             interrupted = isinstance(exc, KeyboardInterrupt)
+            pending = state.pending
+            if interrupted and pending is not None:  # said when the run is resumed
+                started = self.command_started
+                self.cut_short = {"step": pending.step, "command": pending.command,
+                                  "ran_s": None if started is None else round(time.monotonic() - started, 1)}
             if ending.internal:
                 self.emit_quietly(ev.Error(step=state.step, traceback=traceback.format_exc()))
         finally:
@@ -199,7 +212,7 @@ class Run:
             shutil.rmtree(record.dir, ignore_errors=True)
             raise ConfigError(ending.message)
         self.emit_quietly(ev.RunEnd(step=state.step, time=now_iso(), status=ending.status, answer=answer,
-                                    message=ending.message))
+                                    message=ending.message, cut_short=self.cut_short))
         try:
             result = self.save(state.status, ending.message, ending.exit_code)
         except OSError:
@@ -249,6 +262,7 @@ class Run:
     def think(self) -> Decision | None:
         """The model's next action (emitted), or None when its reply could not be used (the error is emitted)."""
         number = self.state.step + 1
+        self.command_started = None
         messages = self.context(number)
         with self.ui.thinking(number):
             completion = self.ask("agent", messages, number)
@@ -329,8 +343,14 @@ class Run:
                 return Outcome(f"Not run: {command.name} needs the user's approval, and no user is present. The user "
                                "must start miniagi with -y (--yes) to let commands run unattended.")
             approval = self.ui.approve(command.name, action.arg)
+            if approval.every_later:  # `a`: this run goes on as with -y (a resume it suggests says -y too)
+                self.settings = replace(self.settings, yes=True)
+                code = self.services.commands.code_commands()
+                self.ui.approved = {name for name in self.ui.approved if name not in code}
             if not approval.run:
                 return Outcome(approval.observation)
+        if spinner:  # a command of the loop's own (not one code called): how long it ran is said if it is cut off
+            self.command_started = time.monotonic()
         try:
             if command.name == "talk_to_user" or not spinner:  # the person's prompt, or a spinner is already on
                 return command(self.workspace, action.args)

@@ -126,7 +126,20 @@ class RunRecord:
         if result.get("status") == "running" and _process_gone(result):
             result.update(status="interrupted", message=f"its process ({result.get('pid')}) is gone: it was killed "
                           f"or crashed. `miniagi resume {self.run_id}` continues it")
+            result["ended_at"] = result.get("ended_at") or self._last_written()  # its clock stops where it died
         return result
+
+    def _last_written(self) -> str | None:
+        """When the run last wrote its trace or result (ISO, UTC)."""
+        times = []
+        for path in (self.trace_path, self.result_path):
+            try:
+                times.append(path.lstat().st_mtime)
+            except OSError:
+                pass
+        if not times:
+            return None
+        return datetime.fromtimestamp(max(times), timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
     def workdir(self) -> str | None:
         """The work directory the run was started in (from its run_start event), or None if not known."""

@@ -47,6 +47,7 @@ class RunState:
     criticism: str = ""  # the critic's latest review, shown until the next one replaces it
     rejections: int = 0  # final answers the critic rejected
     pending: ev.Action | None = None  # the action whose observation has not come yet
+    cut_short: dict | None = None  # how the last stop cut off the pending action's command: {step, command, ran_s}
     last_search: list = field(default_factory=list)  # the newest web search's results ({title, url, snippet})
     make_record: MakeRecord = field(default=plain_record, repr=False, compare=False)
 
@@ -125,8 +126,11 @@ class RunState:
             self.rejections += 1
 
     def _on_Resume(self, event: ev.Resume) -> None:
-        """A step cut off mid-way (its action known, its observation not) is taken again."""
-        self.status, self.pending, self.step = "running", None, self.completed_step
+        """A step cut off mid-way (its action known, its observation not) is taken again: its recorded action run
+        again (`kept_step`), or its reply asked for anew."""
+        self.status, self.cut_short = "running", None
+        if event.kept_step is None or self.pending is None or self.pending.step != event.kept_step:
+            self.pending, self.step = None, self.completed_step
 
     def _on_RunEnd(self, event: ev.RunEnd) -> None:
-        self.status, self.answer = event.status, event.answer
+        self.status, self.answer, self.cut_short = event.status, event.answer, event.cut_short

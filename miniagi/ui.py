@@ -14,6 +14,7 @@ import time
 from dataclasses import astuple, dataclass, field
 from typing import Callable
 
+from rich.cells import cell_len
 from rich.console import Console, Group
 from rich.live import Live
 from rich.markup import escape
@@ -24,12 +25,17 @@ from rich.text import Text
 from . import events as ev
 from .text import plural
 
-ARG_PREVIEW_LINES = 3
-OBSERVATION_PREVIEW_LINES = 6
-LIVE_THOUGHT_LINES = 20  # of a reply streaming in, shown as they come; the rest is counted
+# Bounds are in screen lines: a line is wrapped at the terminal's width under its indent, every word of it shown
+ARG_PREVIEW_LINES = 4
+OBSERVATION_PREVIEW_LINES = 8
+LIVE_THOUGHT_LINES = 40  # of a reply streaming in, shown as they come; the lines past them are counted
 LIVE_ARG_LINES = 12
 LIVE_OUTPUT_LINES = 20  # of what code prints, shown as it prints; past them, its last lines when it ends
-LINE_WIDTH = 160  # a longer line is cut on the screen (the model gets it whole)
+LIVE_OUTPUT_TAIL = 6
+LINE_ROWS = 4  # the screen lines one line of output may take; the rest of it is cut (the model gets it whole)
+COMING_ROWS = 4  # of the line still coming in, the last screen lines are shown on the spinner's
+LINE_WIDTH = 160  # into a file or a pipe lines are not wrapped: a line of output is cut at LINE_ROWS times this
+FENCE = re.compile(r"<<<UNTRUSTED DATA: [^\n]*?>>>\n?|\n?<<<END UNTRUSTED DATA>>>")  # the model's framing of data
 
 # What text from the model or from executed code must not bring to a terminal raw: control characters (escape
 # sequences move the cursor, erase lines, set the title or the clipboard), a carriage return that is not a line
@@ -61,19 +67,36 @@ def visible_json(data) -> str:
 
 YES = {"", "y", "yes", "ok", "okay", "sure", "yep", "yeah", "go", "run", "run it", "go ahead"}
 NO = {"n", "no", "nope", "don't", "do not", "skip"}
+ALL = {"a", "all", "always", "yes to all", "all of them"}
 
 
 @dataclass(frozen=True)
 class Approval:
     run: bool
     observation: str = ""  # what the model is told when the command does not run
+    every_later: bool = False  # and every later command of the run, without asking (as -y from here on)
+
+
+class DrawingConsole(Console):
+    """A console whose every print is drawn whole between two redraws of a live display (the spinner): a live
+    display given `drawing` as its lock redraws only between prints. Without it the spinner's thread could draw
+    the line still coming just before a print that then erased one line too few (a fragment of the thought left
+    above the step's header)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.drawing = threading.RLock()
+
+    def print(self, *args, **kwargs) -> None:
+        with self.drawing:
+            super().print(*args, **kwargs)
 
 
 def make_console(stderr: bool = False) -> Console:
     """A console for our output; into a file or a pipe, lines are never wrapped, so a command in them can be
     copied and a grep finds whole lines."""
     # no :name: emoji codes (our lines use none): rich's table of 3,600 stays unloaded, ~0.4 MB and a few ms of start
-    console = Console(stderr=stderr, highlight=False, emoji=False)
+    console = DrawingConsole(stderr=stderr, highlight=False, emoji=False)
     console.soft_wrap = not console.is_terminal
     return console
 
@@ -86,10 +109,9 @@ def calls(result: dict) -> str:
     return text
 
 
-def _preview(text: str, lines: int, width: int = 160) -> str:
-    kept = [line[:width] + ("…" if len(line) > width else "") for line in text.splitlines()[:lines]]
-    more = len(text.splitlines()) - lines
-    return "\n".join(kept) + (f"\n… ({more} more lines)" if more > 0 else "")
+def unfenced(text: str) -> str:
+    """An observation as a person reads it: the data without the framing it carries for the model."""
+    return FENCE.sub("", text)
 
 
 class Terminal:
@@ -102,7 +124,8 @@ class Terminal:
         self.redact = redact  # every text shown passes the agent's secret gate
         self.flow: Flow | None = None  # the reply streaming in under the spinner
         self.shown_system = ""  # --debug prints the system prompt once
-        self.approved: set[str] = set()  # commands shown whole in the approval panel: the step line skips them
+        # commands whose argument a panel shows whole (the approval's, the question's): the step line skips it
+        self.approved: set[str] = set()
         self.streamed_live = threading.local()  # --debug: this thread's last reply was printed as it came
         self.live_reply = threading.local()  # the LiveReply that showed this thread's last reply as it came
         self.live_output: list[str] = []  # the lines the last command printed, as shown while it ran
@@ -127,6 +150,34 @@ class Terminal:
         if not self.quiet:
             self.console.print(markup)
 
+    def rows(self, line: str, indent: str, most: int | None = None) -> list[str]:
+        """One line as the screen shows it: wrapped at the terminal's width, every row under its indent, at most
+        `most` rows (the last then ends with …). Into a file or a pipe it stays one row (cut at `most` * LINE_WIDTH
+        characters)."""
+        if not self.console.is_terminal:
+            cut = None if most is None or len(line) <= most * LINE_WIDTH else most * LINE_WIDTH
+            return [indent + (line if cut is None else line[:cut] + "…")]
+        width = max(10, self.console.width - cell_len(indent))
+        wrapped = [row.plain.rstrip() for row in Text(line).wrap(self.console, width)] or [""]
+        if most is not None and len(wrapped) > most:
+            wrapped = wrapped[:most]
+            wrapped[-1] = wrapped[-1][:width - 1] + "…"
+        return [indent + row for row in wrapped]
+
+    def block(self, text: str, indent: str, style: str, most: int, line_rows: int | None = None) -> None:
+        """A text's lines, wrapped under their indent, at most `most` screen lines (each line at most `line_rows`);
+        the lines left out are counted."""
+        lines, printed, shown = text.split("\n"), [], 0
+        for line in lines:
+            room = most - len(printed)
+            if room <= 0:
+                break
+            printed += self.rows(line, indent, room if line_rows is None else min(room, line_rows))
+            shown += 1
+        if len(lines) > shown:
+            printed.append(f"{indent}… ({plural(len(lines) - shown, 'more line')})")
+        self.console.print(Text("\n".join(printed), style=style))
+
     def run_started(self, run_id: str, objective: str, model: str, resumed_at: int | None = None,
                     follows: str | None = None, sandbox: str | None = None) -> None:
         verb = "started" if resumed_at is None else f"resuming at step {resumed_at + 1}"
@@ -150,8 +201,10 @@ class Terminal:
             return
         flow = self.flow = Flow(threading.get_ident(), time.monotonic(), step=step)
         status = _Status(f"{what}…", flow)
+        live = Live(status, console=self.console, refresh_per_second=12.5, transient=True)
+        live._lock = getattr(self.console, "drawing", live._lock)  # a redraw never between a print's parts
         try:
-            with Live(status, console=self.console, refresh_per_second=12.5, transient=True):
+            with live:
                 yield
         finally:
             self.flow = None
@@ -219,7 +272,7 @@ class Terminal:
                 flow.output_tail.append(shown)
                 return
             flow.output_shown.append(shown)
-            self.console.print(Text(_indent(_cut(shown)) or "    ", style="dim"))
+            self.console.print(Text("\n".join(self.rows(shown, "    ", LINE_ROWS)), style="dim"))
 
     def action(self, step: int, thought: str, command: str, arg: str, cost_usd: float) -> None:
         if self.quiet:
@@ -232,9 +285,9 @@ class Terminal:
                                (f"  ${cost_usd:.4f} so far", "dim"))
         self.console.print(header)
         if thought:
-            self.console.print(Text(f"  {_preview(self.shown(thought), 3)}", style="italic"))
+            self.block(self.shown(thought), "  ", "italic", LIVE_THOUGHT_LINES)
         if arg and command != "done" and command not in self.approved:
-            self.console.print(Text(_indent(_preview(self.shown(arg), ARG_PREVIEW_LINES)), style="yellow"))
+            self.block(self.shown(arg), "    ", "yellow", ARG_PREVIEW_LINES)
 
     def show(self, event: ev.Event, cost_usd: float = 0.0) -> None:
         """What the terminal shows of a run's event, as it is emitted (bookkeeping events show nothing)."""
@@ -266,13 +319,13 @@ class Terminal:
         shown again."""
         if self.quiet:
             return
-        shown, lines = self.shown(text), self.live_output
+        shown, lines = unfenced(self.shown(text)).strip("\n"), self.live_output
         self.live_output = []
         if lines:
             shown = _after(shown.split("\n"), lines).strip("\n")
             if not shown:
                 return
-        self.console.print(Text(_indent(_preview(shown, OBSERVATION_PREVIEW_LINES)), style="dim"))
+        self.block(shown, "    ", "dim", OBSERVATION_PREVIEW_LINES, LINE_ROWS)
 
     def files_changed(self, files: dict[str, str]) -> None:
         """What the step changed in the work directory, on one line (`miniagi diff RUN --step N` shows it)."""
@@ -282,7 +335,8 @@ class Terminal:
             self.console.print(Text(f"  {self.shown(summary(files))}", style="cyan"))
 
     def critic(self, text: str) -> None:
-        self.say(Text(f"  critic: {_preview(self.shown(text), 4)}", style="bold cyan"))
+        if not self.quiet:
+            self.block("critic: " + self.shown(text), "  ", "bold cyan", 6)
 
     def warn(self, text: str) -> None:
         self.say(Text(self.shown(text), style="bold red"))
@@ -336,11 +390,15 @@ class Terminal:
         # every character of the code, long lines wrapped (never cropped), even when stderr is not a terminal
         self.console.print(Panel(Syntax(self.shown(arg), lexer, word_wrap=True), title=command,
                                  border_style="yellow"), soft_wrap=False)
-        answer = self._input("[bold]Run it?[/] \\[Y]es / \\[n]o / or type feedback for the agent "
-                             "[dim](Enter, y, yes, ok, sure: run it)[/]: ").strip()
+        answer = self._input("[bold]Run it?[/] \\[Y]es / \\[n]o / \\[a]ll (this and every later command of this "
+                             "run) / or type feedback for the agent [dim](Enter, y, yes, ok, sure: run it)[/]: ")
+        answer = answer.strip()
         word = answer.lower().rstrip(".!")
         if word in YES:
             return Approval(True)
+        if word in ALL:
+            self.console.print(Text("  every later command of this run runs without asking (as with -y)", "bold"))
+            return Approval(True, every_later=True)
         if word in NO:
             return Approval(False, "The user refused to run this command. Choose another way forward.")
         return Approval(False, f"The user did not run this command and said: {answer}")
@@ -393,7 +451,7 @@ class Flow:
     reply: "LiveReply | None" = None
     output_shown: list[str] = field(default_factory=list)  # lines code printed, as shown
     output_more: int = 0  # lines past those shown as they came
-    output_tail: collections.deque = field(default_factory=lambda: collections.deque(maxlen=OBSERVATION_PREVIEW_LINES))
+    output_tail: collections.deque = field(default_factory=lambda: collections.deque(maxlen=LIVE_OUTPUT_TAIL))
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __str__(self) -> str:
@@ -412,7 +470,7 @@ class Flow:
             if hidden:
                 terminal.console.print(Text(f"    … ({plural(hidden, 'more line')})", style="dim"))
             for line in self.output_tail:
-                terminal.console.print(Text(_indent(_cut(line)) or "    ", style="dim"))
+                terminal.console.print(Text("\n".join(terminal.rows(line, "    ", LINE_ROWS)), style="dim"))
             terminal.live_output = self.output_shown + list(self.output_tail)
 
 
@@ -430,19 +488,28 @@ class _Status:
         yield Group(coming, self.spinner) if coming is not None else self.spinner
 
 
+@dataclass
+class _Part:
+    """How far a part of a streaming reply (its thought, its argument) has been shown."""
+
+    done: int = 0  # its lines handled: shown, or counted
+    rows: int = 0  # the screen lines they took
+    more: int = 0  # lines past the bound: not shown, counted
+    counted: bool = False  # the count said
+
+
 class LiveReply:
     """An agent's reply shown as it streams in, as its format reads it (`reply`, a protocols.ReplySoFar): its
-    thought, then its command and its argument, each whole line printed for good as it completes (bounded), the line
-    still coming on the spinner's."""
+    thought, then its command and its argument, each whole line printed for good as it completes (wrapped under its
+    indent, bounded in screen lines), the line still coming on the spinner's."""
 
     def __init__(self, terminal: Terminal, step: int | None, reply):
         self.terminal, self.step = terminal, step
         self.reply = reply
         self.started = False
         self.command: str | None = None  # shown
-        self.thought_lines = self.arg_lines = 0  # shown
-        self.thought_more = self.arg_more = 0  # not shown: past the bound
-        self.current: tuple[str, str] | None = None  # the line still coming, and its style
+        self.thought, self.arg = _Part(), _Part()
+        self.current: tuple[str, str] | None = None  # the line still coming (as screen lines), and its style
         self.lock = threading.RLock()  # one update at a time (the spinner's drawing does not take it)
 
     def feed(self, piece: str) -> None:
@@ -459,8 +526,11 @@ class LiveReply:
         current = self.current  # one tuple, replaced whole
         if current is None or not current[0].strip():
             return None
-        text, style = current
-        return Text(text if "\n" in text else _cut(text), style=style)
+        return Text(current[0], style=current[1])
+
+    def _coming(self, line: str, indent: str) -> str:
+        """The last screen lines of the line still coming."""
+        return "\n".join(self.terminal.rows(line, indent)[-COMING_ROWS:])
 
     def update(self, final: bool = False, interrupted: bool = False) -> None:
         with self.lock:
@@ -474,21 +544,22 @@ class LiveReply:
             held = command in self.terminal.approved and not interrupted
             # the line still coming is set before any line is printed: printing draws the spinner's lines again
             if not ended:
-                self.current = ("  " + thought_lines[-1], "italic")
+                self.current = (self._coming(thought_lines[-1], "  "), "italic")
             elif final or not arg_lines:
                 self.current = None
             elif held:
-                self.current = ("\n".join("    " + _cut(line) for line in arg_lines[-LIVE_ARG_LINES:]), "yellow")
+                rows = [row for line in arg_lines for row in self.terminal.rows(line, "    ")]
+                self.current = ("\n".join(rows[-LIVE_ARG_LINES:]), "yellow")
             else:
-                self.current = ("    " + arg_lines[-1], "yellow")
+                self.current = (self._coming(arg_lines[-1], "    "), "yellow")
             if not self.started:
                 self.started = True
                 self._print(f"step {self.step}" if self.step is not None else "", "bold")
-            self._lines(thought_lines if ended else thought_lines[:-1], "thought", "  ", "italic",
+            self._lines(thought_lines if ended else thought_lines[:-1], self.thought, "  ", "italic",
                         LIVE_THOUGHT_LINES)
             if command is None or self.command is None:  # the thought is over: its lines past the bound counted
                 if ended:
-                    self._count("thought", "  ")
+                    self._count(self.thought, "  ")
                 if command is None:
                     return
             if self.command is None:
@@ -496,31 +567,29 @@ class LiveReply:
                 self._print(f"  {self.terminal.shown(command)}", "bold magenta")
             if held:
                 return
-            self._lines(arg_lines if final else arg_lines[:-1], "arg", "    ", "yellow", LIVE_ARG_LINES)
+            self._lines(arg_lines if final else arg_lines[:-1], self.arg, "    ", "yellow", LIVE_ARG_LINES)
             if final:
-                self._count("arg", "    ")
+                self._count(self.arg, "    ")
 
-    def _lines(self, lines: list[str], part: str, indent: str, style: str, bound: int) -> None:
-        done = getattr(self, f"{part}_lines") + getattr(self, f"{part}_more")
-        for line in lines[done:]:
-            if getattr(self, f"{part}_lines") < bound:
-                self._print(indent + _cut(line), style)
-                setattr(self, f"{part}_lines", getattr(self, f"{part}_lines") + 1)
-            else:
-                setattr(self, f"{part}_more", getattr(self, f"{part}_more") + 1)
+    def _lines(self, lines: list[str], part: _Part, indent: str, style: str, bound: int) -> None:
+        """The part's lines not handled yet: printed while the bound has room (the line that meets it cut there),
+        then counted."""
+        for line in lines[part.done:]:
+            part.done += 1
+            if part.rows >= bound:
+                part.more += 1
+                continue
+            rows = self.terminal.rows(line, indent, bound - part.rows)
+            part.rows += len(rows)
+            self._print("\n".join(rows), style)
 
-    def _count(self, part: str, indent: str) -> None:
-        more = getattr(self, f"{part}_more")
-        if more:
-            self._print(f"{indent}… ({plural(more, 'more line')})", "dim")
-            setattr(self, f"{part}_more", -10**9)  # said once
+    def _count(self, part: _Part, indent: str) -> None:
+        if part.more and not part.counted:
+            part.counted = True
+            self._print(f"{indent}… ({plural(part.more, 'more line')})", "dim")
 
     def _print(self, text: str, style: str) -> None:
         self.terminal.console.print(Text(text, style=style))
-
-
-def _cut(line: str, width: int = LINE_WIDTH) -> str:
-    return line[:width] + ("…" if len(line) > width else "")
 
 
 def _after(observed: list[str], printed: list[str]) -> str:
@@ -534,7 +603,3 @@ def _after(observed: list[str], printed: list[str]) -> str:
     while same < min(len(printed), len(observed)) and printed[same] == observed[same]:
         same += 1
     return "\n".join(observed[same:])
-
-
-def _indent(text: str) -> str:
-    return "\n".join("    " + line for line in text.splitlines())

@@ -262,7 +262,7 @@ def test_the_readme_installs_in_a_way_an_externally_managed_python_allows():
     there (pipx, or a virtual environment)."""
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     first = readme.split("```bash\n", 1)[1].split("\n```", 1)[0]
-    assert first.startswith("pip install . && miniagi ")
+    assert first.startswith("pip install . && miniagi setup")  # then the endpoint is asked for, not an error
     after = " ".join(readme.split(first, 1)[1].split("```bash", 1)[0].split())
     assert "externally-managed-environment" in after and "pipx install ." in after and "apt install pipx" in after
     assert "python3 -m venv" in after
@@ -346,7 +346,8 @@ def test_approval_takes_ok_and_sure_as_yes_and_the_prompt_says_so(llm, isolated)
         shown = screen.wait_for(rf"(?:Run it\?[\s\S]*){{{number}}}:$")  # the number-th question, waiting
         os.write(screen.master, typed.encode() + b"\r")
     assert screen.finish() == 0
-    assert "[Y]es / [n]o / or type feedback for the agent (Enter, y, yes, ok, sure: run it):" in shown
+    assert ("[Y]es / [n]o / [a]ll (this and every later command of this run) / or type feedback for the agent (Enter, "
+            "y, yes, ok, sure: run it):") in " ".join(shown.split())
     assert shown.count("touch ok.txt") == 1  # in a terminal too, the code is shown once: in the approval panel
     made = {path.name for path in isolated.work.iterdir()}
     assert {"ok.txt", "sure.txt", "enter.txt"} <= made and not {"refused.txt", "feedback.txt"} & made

@@ -128,7 +128,8 @@ def test_executed_code_has_the_workdir_as_home_and_limits_applied(cli, llm, isol
 
 def test_a_run_killed_with_sigkill_mid_step_resumes_with_nothing_lost(cli, llm, isolated):
     llm.add(act("execute_shell", "echo one >> log.txt"),
-            act("execute_python", "import time\nopen('started.txt', 'w').write('x')\ntime.sleep(60)"))
+            act("execute_python", "import os, time\nagain = os.path.exists('started.txt')\n"
+                                  "open('started.txt', 'w').write('x')\ntime.sleep(0 if again else 60)"))
     process = _start(llm, isolated, "-y", "long work")
     assert _wait_for(lambda: (isolated.work / "started.txt").exists())
     process.send_signal(signal.SIGKILL)
@@ -138,13 +139,14 @@ def test_a_run_killed_with_sigkill_mid_step_resumes_with_nothing_lost(cli, llm, 
     llm.add(act("execute_shell", "echo two >> log.txt"), act("done", "resumed"))
     proc = cli("resume", directory.name, "-y")  # a trace grants no approval: -y again
     assert proc.returncode == 0, proc.stderr
+    assert "step 2's code was cut off (its process ended); it will run again" in proc.stderr
     assert (isolated.work / "log.txt").read_text() == "one\ntwo\n"
     _, result, trace = load_run(isolated.home)
-    assert result["status"] == "done" and result["steps"] == 3
-    assert result["llm_calls"] == 4  # the model call of the cut-off step stays counted
+    assert result["status"] == "done" and result["steps"] == 4
+    assert result["llm_calls"] == 4  # the cut-off step's recorded reply was taken again: its call made once
     steps = [(e["type"], e["step"]) for e in trace if e["type"] in ("action", "observation")]
-    assert steps == [("action", 1), ("observation", 1), ("action", 2), ("action", 2), ("observation", 2),
-                     ("action", 3)]
+    assert steps == [("action", 1), ("observation", 1), ("action", 2), ("observation", 2), ("action", 3),
+                     ("observation", 3), ("action", 4)]
 
 
 def test_a_full_disk_ends_the_run_cleanly_and_resume_continues(llm, isolated):
