@@ -187,7 +187,7 @@ def test_the_mcp_json_question_names_each_server_and_its_command_line(llm, isola
     proc = run_in_terminal(llm, isolated, "n\n", "-y", "add", env=env)
     assert proc.returncode == 0, proc.stderr
     question = proc.stderr[proc.stderr.index("asks to start MCP servers"):proc.stderr.index("Start them?")]
-    assert f"  probe: {sys.executable} {PROBE} --flag (with PROBE_SECRET set)" in question
+    assert f"  probe: {sys.executable} -I {PROBE} --flag (with PROBE_SECRET set)" in question
     assert "  far: http://127.0.0.1:9/mcp" in question and "hush-hush-123" not in proc.stderr
 
 

@@ -129,6 +129,8 @@ def test_no_fragment_of_the_thought_is_left_above_a_steps_header_under_load(monk
     from rich.live import Live
 
     from miniagi import ui
+    from miniagi.commands import CommandTable
+    from miniagi.protocols import formats
     from miniagi.ui import DrawingConsole, Terminal
 
     class Eager(Live):  # the spinner's refreshes as close together as they come on a loaded machine
@@ -138,6 +140,7 @@ def test_no_fragment_of_the_thought_is_left_above_a_steps_header_under_load(monk
     monkeypatch.setattr(ui, "Live", Eager)
     screen = pyte.HistoryScreen(80, 30, history=100_000)
     terminal = Terminal(interactive=False)
+    terminal.serve(lambda text: text, formats()["tags"].offering(CommandTable()))  # the format reads the reply
     terminal.console = DrawingConsole(file=_Pipe(screen), force_terminal=True, force_interactive=True, width=80,
                                       height=30, highlight=False)
     pieces = ["<r>", "Compute ", "the ", "primes ", "below ", "one ", "hundred", "</r>", "<c>done</c>\n", "ok"]
