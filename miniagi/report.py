@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Callable
 
 from rich.table import Table
 from rich.text import Text
@@ -65,12 +66,7 @@ def print_run(record: RunRecord, raw: bool = False, as_json: bool = False) -> No
     for event in ev.read(record.events()):
         step = event.step
         if isinstance(event, ev.RunStart):
-            say(f"run {record.run_id}" + (f" · a replay of run {event.extra['replay_of']}: no model calls"
-                                          if event.extra.get("replay_of") else ""), "bold")
-            say(f"objective: {event.objective}", "cyan")
-            if result:
-                say(f"folder: {folder(result)} · started {started(result)} · "
-                    f"{'running for' if result.get('status') == 'running' else 'took'} {took(result)}", "dim")
+            _print_start(say, record, event, result)
         elif isinstance(event, ev.Resume):
             say(f"— resumed at {event.time} —", "bold yellow")
         elif isinstance(event, ev.ModelCall):
@@ -81,50 +77,77 @@ def print_run(record: RunRecord, raw: bool = False, as_json: bool = False) -> No
             if event.role == "agent" and event.tokens_per_s is not None:
                 speed[step] = f" · first token {event.first_token_s:.1f} s · {event.tokens_per_s:g} tokens/s"
             if raw:
-                for message in event.messages or ():  # kept with --debug
-                    content = str(message.get("content") or "")
-                    if message.get("role") == "system":
-                        content, system_shown = ("(the system prompt shown above)" if content == system_shown
-                                                 else content), content
-                    say(f"[{event.role} prompt · {message.get('role')}]", "dim blue")
-                    say(content, "dim")
-                timing = (f" · first token {event.first_token_s:.1f} s · {event.generation_s:.1f} s generating · "
-                          f"{event.tokens_per_s:g} tokens/s" if event.tokens_per_s is not None else "")
-                say(f"[{event.role} · {event.model} · {event.latency_s} s{timing}] raw response:", "dim")
-                say(event.response, "dim")
-        elif isinstance(event, ev.Action):
-            prompt, completion, cost = usage.get(step, [0, 0, 0.0])
-            console.print()
-            console.print(Text.assemble((f"step {step} ", "bold"), (visible(f"command: {event.command}"),
-                                                                    "bold magenta"),
-                                        (f"  {prompt}+{completion} tokens · ${cost:.4f}{speed.get(step, '')}",
-                                         "dim")))
-            if event.thought:
-                say(f"thought: {event.thought}", "italic")
-            say("argument:\n" + _indent(event.arg), "yellow")
+                system_shown = _print_raw_call(say, event, system_shown)
+        elif isinstance(event, (ev.Action, ev.FormatError)):
+            _print_step(console, say, event, usage.get(step, [0, 0, 0.0]), speed.get(step, ""))
         elif isinstance(event, ev.Observation):
             say("observation:\n" + _indent(event.text), "dim")
             if event.files:
                 say(f"files: {summary(event.files)} (miniagi diff {record.run_id} --step {step})", "cyan")
-        elif isinstance(event, ev.FormatError):
-            console.print()
-            prompt, completion, _ = usage.get(step, [0, 0, 0.0])
-            console.print(Text.assemble((f"step {step} format error", "bold red"),
-                                        (f"  {prompt}+{completion} tokens{speed.get(step, '')}", "dim")))
-            say(event.error, "red")
         elif isinstance(event, (ev.LoopWarning, ev.CriticReview, ev.CriticVerdict, ev.SummaryFolded)):
             say(f"[{event.type}] {event.text}", "yellow")
         elif isinstance(event, ev.RunEnd):
             console.print()
             say(f"ended: {event.status}" + (f" — {event.message}" if event.message else ""), "bold")
     if result:
-        say(f"{plural(result.get('steps') or 0, 'step')} · {calls(result)} · "
-            f"{result.get('prompt_tokens')}+{result.get('completion_tokens')} tokens · "
-            f"${result.get('cost_usd', 0):.4f} · {cache_rate(result)} of prompt tokens from the "
-            f"endpoint's cache (saved ${result.get('cost_saved_usd') or 0:.4f})", "dim")
-        if result.get("answer") is not None:
-            say("answer:", "bold green")
-            say(str(result["answer"]))
+        _print_totals(say, result)
+
+
+def _print_start(say: Callable[..., None], record: RunRecord, event: ev.RunStart, result: dict) -> None:
+    """A run's heading: its id (and what it replays), objective, folder and times."""
+    say(f"run {record.run_id}" + (f" · a replay of run {event.extra['replay_of']}: no model calls"
+                                  if event.extra.get("replay_of") else ""), "bold")
+    say(f"objective: {event.objective}", "cyan")
+    if result:
+        say(f"folder: {folder(result)} · started {started(result)} · "
+            f"{'running for' if result.get('status') == 'running' else 'took'} {took(result)}", "dim")
+
+
+def _print_step(console, say: Callable[..., None], event: ev.Action | ev.FormatError, usage: list[float],
+                speed: str) -> None:
+    """A step's heading, with its tokens, cost and speed, and what it chose: its command, thought and argument, or
+    the format error its reply had."""
+    prompt, completion, cost = usage
+    console.print()
+    if isinstance(event, ev.FormatError):
+        console.print(Text.assemble((f"step {event.step} format error", "bold red"),
+                                    (f"  {prompt}+{completion} tokens{speed}", "dim")))
+        say(event.error, "red")
+        return
+    console.print(Text.assemble((f"step {event.step} ", "bold"), (visible(f"command: {event.command}"),
+                                                                  "bold magenta"),
+                                (f"  {prompt}+{completion} tokens · ${cost:.4f}{speed}", "dim")))
+    if event.thought:
+        say(f"thought: {event.thought}", "italic")
+    say("argument:\n" + _indent(event.arg), "yellow")
+
+
+def _print_raw_call(say: Callable[..., None], event: ev.ModelCall, system_shown: str) -> str:
+    """A model call as sent and received (--raw): its prompt's messages, kept with --debug, and its raw response.
+    The system prompt is shown once while it stays the same: returned is the one shown last."""
+    for message in event.messages or ():
+        content = str(message.get("content") or "")
+        if message.get("role") == "system":
+            content, system_shown = ("(the system prompt shown above)" if content == system_shown
+                                     else content), content
+        say(f"[{event.role} prompt · {message.get('role')}]", "dim blue")
+        say(content, "dim")
+    timing = (f" · first token {event.first_token_s:.1f} s · {event.generation_s:.1f} s generating · "
+              f"{event.tokens_per_s:g} tokens/s" if event.tokens_per_s is not None else "")
+    say(f"[{event.role} · {event.model} · {event.latency_s} s{timing}] raw response:", "dim")
+    say(event.response, "dim")
+    return system_shown
+
+
+def _print_totals(say: Callable[..., None], result: dict) -> None:
+    """A run's totals (steps, calls, tokens, cost, the endpoint's cache) and its answer."""
+    say(f"{plural(result.get('steps') or 0, 'step')} · {calls(result)} · "
+        f"{result.get('prompt_tokens')}+{result.get('completion_tokens')} tokens · "
+        f"${result.get('cost_usd', 0):.4f} · {cache_rate(result)} of prompt tokens from the "
+        f"endpoint's cache (saved ${result.get('cost_saved_usd') or 0:.4f})", "dim")
+    if result.get("answer") is not None:
+        say("answer:", "bold green")
+        say(str(result["answer"]))
 
 
 def print_prompt(record: RunRecord, step: int, as_json: bool = False) -> int:

@@ -130,7 +130,8 @@ class FakeLLM:
         self.disconnects = 0  # streamed replies the client closed before their end
         self.embedding_requests: list[dict] = []
         self.lock = threading.Lock()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.fake = self
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
@@ -157,178 +158,180 @@ class FakeLLM:
         with self.lock:
             return self.script.pop(0) if self.script else None
 
-    def _handler(self):
-        fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
+class Handler(BaseHTTPRequestHandler):
+    """A request to the FakeLLM that serves it (its server's `fake`)."""
+
+    @property
+    def fake(self) -> FakeLLM:
+        return self.server.fake
+
+    def log_message(self, *args):
+        pass
+
+    def _send(self, status: int, body: dict, headers: dict | None = None) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, str(value))
+        self.end_headers()
+        try:
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    def do_GET(self):
+        self._send(200, {"object": "list", "data": [{"id": "gpt-4o-mini", "object": "model"}]})
+
+    def do_POST(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        request = json.loads(self.rfile.read(length) or b"{}")
+        if self.path.endswith("/embeddings"):
+            with self.fake.lock:
+                self.fake.embedding_requests.append(request)
+            inputs = request["input"] if isinstance(request["input"], list) else [request["input"]]
+            self._send(200, {"object": "list", "model": request.get("model"),
+                             "data": [{"object": "embedding", "index": i, "embedding": word_vector(text)}
+                                      for i, text in enumerate(inputs)],
+                             "usage": {"prompt_tokens": 1, "total_tokens": 1}})
+            return
+        with self.fake.lock:
+            self.fake.requests.append(request)
+            self.fake.headers.append({name.lower(): value for name, value in self.headers.items()})
+        item = self.fake.responder(request) if self.fake.responder else None
+        item = self.fake._next() if item is None else item
+        while isinstance(item, Hang):
+            time.sleep(item.seconds)
+            item = self.fake._next()
+        if item is None:
+            self._send(400, {"error": {"message": "script exhausted", "type": "invalid_request_error"}})
+            return
+        if isinstance(item, Fail):
+            self._send(item.status, {"error": {"message": item.message, "type": "server_error"}},
+                       item.headers)
+            return
+        if isinstance(item, Raw):
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(item.body)))
+            self.end_headers()
+            try:
+                self.wfile.write(item.body)
+            except (BrokenPipeError, ConnectionResetError):  # a client that stopped reading a huge body
                 pass
+            return
+        if isinstance(item, Trickle):
+            self._trickle(item)
+            return
+        item = item(request) if callable(item) and not isinstance(item, (Cut, Calls)) else item
+        if isinstance(item, Stream):
+            self._stream(request, item)
+            return
+        finish = "length" if isinstance(item, Cut) else "tool_calls" if isinstance(item, Calls) else "stop"
+        text = item.text if isinstance(item, (Cut, Calls)) else item
+        calls = item.calls if isinstance(item, Calls) else []
+        if request.get("stream"):
+            self._stream(request, Stream(re.findall(r"\s*\S+|\s+", text), finish=finish,
+                                         calls=[(name, _pieces(arguments)) for name, arguments in calls]))
+            return
+        message: dict = {"role": "assistant", "content": text}
+        if calls:
+            message["tool_calls"] = [{"id": f"call_fake_{i}", "type": "function",
+                                      "function": {"name": name, "arguments": arguments}}
+                                     for i, (name, arguments) in enumerate(calls)]
+        self._send(200, {
+            "id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()),
+            "model": request.get("model", "fake"),
+            "choices": [{"index": 0, "finish_reason": finish, "message": message}],
+            "usage": self._usage(request, text),
+        })
 
-            def _send(self, status: int, body: dict, headers: dict | None = None) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                for name, value in (headers or {}).items():
-                    self.send_header(name, str(value))
-                self.end_headers()
-                try:
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
+    def _usage(self, request: dict, text: str) -> dict:
+        """Tokens as a character count guesses them; the prompt's start shared with the model's previous
+        prompt reported as cached (after its prefill time, when one is set)."""
+        prompt = rendered_prompt(request)
+        with self.fake.lock:
+            cached_chars = common_prefix(prompt, self.fake.last_prompt.get(request.get("model", ""), ""))
+            self.fake.last_prompt[request.get("model", "")] = prompt
+        prompt_chars = sum(len(m.get("content") or "") for m in request.get("messages", []))
+        cached = min(cached_chars // 4, prompt_chars // 4)
+        if self.fake.prefill_s_per_token:
+            time.sleep((prompt_chars // 4 + 1 - cached) * self.fake.prefill_s_per_token)
+        return {"prompt_tokens": prompt_chars // 4 + 1, "completion_tokens": len(text) // 4 + 1,
+                "total_tokens": prompt_chars // 4 + len(text) // 4 + 2,
+                "prompt_tokens_details": {"cached_tokens": cached}}
 
-            def do_GET(self):
-                self._send(200, {"object": "list", "data": [{"id": "gpt-4o-mini", "object": "model"}]})
+    def _start_events(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.end_headers()
 
-            def do_POST(self):
-                length = int(self.headers.get("Content-Length") or 0)
-                request = json.loads(self.rfile.read(length) or b"{}")
-                if self.path.endswith("/embeddings"):
-                    with fake.lock:
-                        fake.embedding_requests.append(request)
-                    inputs = request["input"] if isinstance(request["input"], list) else [request["input"]]
-                    self._send(200, {"object": "list", "model": request.get("model"),
-                                     "data": [{"object": "embedding", "index": i, "embedding": word_vector(text)}
-                                              for i, text in enumerate(inputs)],
-                                     "usage": {"prompt_tokens": 1, "total_tokens": 1}})
-                    return
-                with fake.lock:
-                    fake.requests.append(request)
-                    fake.headers.append({name.lower(): value for name, value in self.headers.items()})
-                item = fake.responder(request) if fake.responder else None
-                item = fake._next() if item is None else item
-                while isinstance(item, Hang):
-                    time.sleep(item.seconds)
-                    item = fake._next()
-                if item is None:
-                    self._send(400, {"error": {"message": "script exhausted", "type": "invalid_request_error"}})
-                    return
-                if isinstance(item, Fail):
-                    self._send(item.status, {"error": {"message": item.message, "type": "server_error"}},
-                               item.headers)
-                    return
-                if isinstance(item, Raw):
-                    self.send_response(200)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(item.body)))
-                    self.end_headers()
-                    try:
-                        self.wfile.write(item.body)
-                    except (BrokenPipeError, ConnectionResetError):  # a client that stopped reading a huge body
-                        pass
-                    return
-                if isinstance(item, Trickle):
-                    self._trickle(item)
-                    return
-                item = item(request) if callable(item) and not isinstance(item, (Cut, Calls)) else item
-                if isinstance(item, Stream):
-                    self._stream(request, item)
-                    return
-                finish = "length" if isinstance(item, Cut) else "tool_calls" if isinstance(item, Calls) else "stop"
-                text = item.text if isinstance(item, (Cut, Calls)) else item
-                calls = item.calls if isinstance(item, Calls) else []
-                if request.get("stream"):
-                    self._stream(request, Stream(re.findall(r"\s*\S+|\s+", text), finish=finish,
-                                                 calls=[(name, _pieces(arguments)) for name, arguments in calls]))
-                    return
-                message: dict = {"role": "assistant", "content": text}
-                if calls:
-                    message["tool_calls"] = [{"id": f"call_fake_{i}", "type": "function",
-                                              "function": {"name": name, "arguments": arguments}}
-                                             for i, (name, arguments) in enumerate(calls)]
-                self._send(200, {
-                    "id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()),
-                    "model": request.get("model", "fake"),
-                    "choices": [{"index": 0, "finish_reason": finish, "message": message}],
-                    "usage": self._usage(request, text),
-                })
+    def _event(self, data) -> bool:
+        """One server-sent event; False once the client has gone."""
+        try:
+            self.wfile.write(b"data: " + (data if isinstance(data, bytes) else json.dumps(data).encode())
+                             + b"\n\n")
+            self.wfile.flush()
+            return True
+        except (BrokenPipeError, ConnectionResetError):
+            with self.fake.lock:
+                self.fake.disconnects += 1
+            return False
 
-            def _usage(self, request: dict, text: str) -> dict:
-                """Tokens as a character count guesses them; the prompt's start shared with the model's previous
-                prompt reported as cached (after its prefill time, when one is set)."""
-                prompt = rendered_prompt(request)
-                with fake.lock:
-                    cached_chars = common_prefix(prompt, fake.last_prompt.get(request.get("model", ""), ""))
-                    fake.last_prompt[request.get("model", "")] = prompt
-                prompt_chars = sum(len(m.get("content") or "") for m in request.get("messages", []))
-                cached = min(cached_chars // 4, prompt_chars // 4)
-                if fake.prefill_s_per_token:
-                    time.sleep((prompt_chars // 4 + 1 - cached) * fake.prefill_s_per_token)
-                return {"prompt_tokens": prompt_chars // 4 + 1, "completion_tokens": len(text) // 4 + 1,
-                        "total_tokens": prompt_chars // 4 + len(text) // 4 + 2,
-                        "prompt_tokens_details": {"cached_tokens": cached}}
+    def _stream(self, request: dict, item: Stream) -> None:
+        model = request.get("model", "fake")
+        usage = self._usage(request, "".join(p for p in item.pieces if isinstance(p, str))
+                            + "".join(p for _, pieces in item.calls for p in pieces if isinstance(p, str)))
 
-            def _start_events(self) -> None:
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Cache-Control", "no-cache")
-                self.end_headers()
+        def chunk(delta: dict, finish: str | None = None) -> dict:
+            return {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": int(time.time()),
+                    "model": model, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
 
-            def _event(self, data) -> bool:
-                """One server-sent event; False once the client has gone."""
-                try:
-                    self.wfile.write(b"data: " + (data if isinstance(data, bytes) else json.dumps(data).encode())
-                                     + b"\n\n")
-                    self.wfile.flush()
-                    return True
-                except (BrokenPipeError, ConnectionResetError):
-                    with fake.lock:
-                        fake.disconnects += 1
-                    return False
+        self._start_events()
+        deltas: list = [{"role": "assistant", "content": ""}]
+        for piece in item.pieces:
+            deltas.append(piece if isinstance(piece, (Hang, Wait)) else {"content": piece})
+        for i, (name, pieces) in enumerate(item.calls):
+            deltas.append({"tool_calls": [{"index": i, "id": f"call_fake_{i}", "type": "function",
+                                           "function": {"name": name, "arguments": ""}}]})
+            deltas += [piece if isinstance(piece, (Hang, Wait)) else
+                       {"tool_calls": [{"index": i, "function": {"arguments": piece}}]} for piece in pieces]
+        for delta in deltas:
+            if isinstance(delta, Hang):
+                time.sleep(delta.seconds)
+                continue
+            if isinstance(delta, Wait):
+                delta.event.wait(delta.limit_s)
+                continue
+            if not self._event(chunk(delta)):
+                return
+            if item.every:
+                time.sleep(item.every)
+        if item.finish and not self._event(chunk({}, item.finish)):
+            return
+        if item.usage and (request.get("stream_options") or {}).get("include_usage"):
+            if not self._event({"id": "chatcmpl-fake", "object": "chat.completion.chunk",
+                                "created": int(time.time()), "model": model, "choices": [],
+                                "usage": item.usage if isinstance(item.usage, dict) else usage}):
+                return
+        if item.done:
+            self._event(b"[DONE]")
 
-            def _stream(self, request: dict, item: Stream) -> None:
-                model = request.get("model", "fake")
-                usage = self._usage(request, "".join(p for p in item.pieces if isinstance(p, str))
-                                    + "".join(p for _, pieces in item.calls for p in pieces if isinstance(p, str)))
-
-                def chunk(delta: dict, finish: str | None = None) -> dict:
-                    return {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": int(time.time()),
-                            "model": model, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
-
-                self._start_events()
-                deltas: list = [{"role": "assistant", "content": ""}]
-                for piece in item.pieces:
-                    deltas.append(piece if isinstance(piece, (Hang, Wait)) else {"content": piece})
-                for i, (name, pieces) in enumerate(item.calls):
-                    deltas.append({"tool_calls": [{"index": i, "id": f"call_fake_{i}", "type": "function",
-                                                   "function": {"name": name, "arguments": ""}}]})
-                    deltas += [piece if isinstance(piece, (Hang, Wait)) else
-                               {"tool_calls": [{"index": i, "function": {"arguments": piece}}]} for piece in pieces]
-                for delta in deltas:
-                    if isinstance(delta, Hang):
-                        time.sleep(delta.seconds)
-                        continue
-                    if isinstance(delta, Wait):
-                        delta.event.wait(delta.limit_s)
-                        continue
-                    if not self._event(chunk(delta)):
-                        return
-                    if item.every:
-                        time.sleep(item.every)
-                if item.finish and not self._event(chunk({}, item.finish)):
-                    return
-                if item.usage and (request.get("stream_options") or {}).get("include_usage"):
-                    if not self._event({"id": "chatcmpl-fake", "object": "chat.completion.chunk",
-                                        "created": int(time.time()), "model": model, "choices": [],
-                                        "usage": item.usage if isinstance(item.usage, dict) else usage}):
-                        return
-                if item.done:
-                    self._event(b"[DONE]")
-
-            def _trickle(self, item: Trickle) -> None:
-                self._start_events()
-                started = time.monotonic()
-                while time.monotonic() - started < item.limit_s:
-                    try:
-                        self.wfile.write(item.data)
-                        self.wfile.flush()
-                    except (BrokenPipeError, ConnectionResetError):
-                        with fake.lock:
-                            fake.disconnects += 1
-                        return
-                    time.sleep(item.every)
-
-        return Handler
+    def _trickle(self, item: Trickle) -> None:
+        self._start_events()
+        started = time.monotonic()
+        while time.monotonic() - started < item.limit_s:
+            try:
+                self.wfile.write(item.data)
+                self.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError):
+                with self.fake.lock:
+                    self.fake.disconnects += 1
+                return
+            time.sleep(item.every)
 
 
 def _pieces(text: str, size: int = 3) -> list[str]:

@@ -80,71 +80,8 @@ class Site:
     def __init__(self, slow_s: float = 5.0):
         self.slow_s = slow_s
         self.hits: list[str] = []
-        site = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def send(self, status, body: bytes, content_type: str, headers=None):
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                for name, value in (headers or {}).items():
-                    self.send_header(name, value)
-                self.end_headers()
-                try:
-                    self.wfile.write(body)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
-
-            def _trickle(self, data: bytes) -> None:
-                for byte in data:
-                    try:
-                        self.wfile.write(bytes([byte]))
-                        self.wfile.flush()
-                    except (BrokenPipeError, ConnectionResetError):
-                        return
-                    time.sleep(0.2)
-
-            def do_GET(self):
-                site.hits.append(self.path)
-                path = self.path
-                if path == "/article":
-                    self.send(200, ARTICLE.encode(), "text/html; charset=utf-8")
-                elif path == "/redirect":
-                    self.send(302, b"", "text/plain", {"Location": "/article"})
-                elif path == "/slow":
-                    time.sleep(site.slow_s)
-                    self.send(200, b"<html><body><p>late</p></body></html>", "text/html")
-                elif path == "/image.png":
-                    self.send(200, PNG, "image/png")
-                elif path == "/latin1":
-                    self.send(200, "<html><body><p>Caf\u00e9 cr\u00e8me br\u00fbl\u00e9e</p></body></html>"
-                              .encode("latin-1"), "text/html; charset=iso-8859-1")
-                elif path == "/cp1252":
-                    self.send(200, ("Price list \u2014 na\u00efve caf\u00e9 \u20ac5 and \u201cquotes\u201d. " * 20)
-                              .encode("cp1252"), "text/plain")
-                elif path == "/big":
-                    self.send(200, b"<html><body><p>" + b"word " * (11 * 1024 * 1024 // 5) + b"</p></body></html>",
-                              "text/html")
-                elif path == "/report.pdf":
-                    self.send(200, make_pdf(["Quarterly report", "Revenue rose 9 percent."]), "application/pdf")
-                elif path == "/trickle":  # headers at once, then a byte every 0.2 s (bounded: ~60 s)
-                    self.send_response(200)
-                    self.send_header("Content-Type", "text/plain")
-                    self.end_headers()
-                    self._trickle(b"slow words " * 30)
-                elif path == "/trickle-headers":  # even the status line comes a byte at a time
-                    self._trickle(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nX-Padding: " + b"x" * 300)
-                elif path == "/guide/index.html":
-                    self.send(200, GUIDE.encode(), "text/html; charset=utf-8")
-                elif path == "/plain.txt":
-                    self.send(200, b"Just plain text about gardening.", "text/plain; charset=utf-8")
-                else:
-                    self.send(404, b"not found", "text/plain")
-
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.site = self
         self.server.daemon_threads = True
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
@@ -154,3 +91,72 @@ class Site:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+class Handler(BaseHTTPRequestHandler):
+    """A request to the Site that serves it (its server's `site`)."""
+
+    @property
+    def site(self) -> Site:
+        return self.server.site
+
+    def log_message(self, *args):
+        pass
+
+    def send(self, status, body: bytes, content_type: str, headers=None):
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        try:
+            self.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    def _trickle(self, data: bytes) -> None:
+        for byte in data:
+            try:
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError):
+                return
+            time.sleep(0.2)
+
+    def do_GET(self):
+        self.site.hits.append(self.path)
+        path = self.path
+        if path == "/article":
+            self.send(200, ARTICLE.encode(), "text/html; charset=utf-8")
+        elif path == "/redirect":
+            self.send(302, b"", "text/plain", {"Location": "/article"})
+        elif path == "/slow":
+            time.sleep(self.site.slow_s)
+            self.send(200, b"<html><body><p>late</p></body></html>", "text/html")
+        elif path == "/image.png":
+            self.send(200, PNG, "image/png")
+        elif path == "/latin1":
+            self.send(200, "<html><body><p>Caf\u00e9 cr\u00e8me br\u00fbl\u00e9e</p></body></html>"
+                      .encode("latin-1"), "text/html; charset=iso-8859-1")
+        elif path == "/cp1252":
+            self.send(200, ("Price list \u2014 na\u00efve caf\u00e9 \u20ac5 and \u201cquotes\u201d. " * 20)
+                      .encode("cp1252"), "text/plain")
+        elif path == "/big":
+            self.send(200, b"<html><body><p>" + b"word " * (11 * 1024 * 1024 // 5) + b"</p></body></html>",
+                      "text/html")
+        elif path == "/report.pdf":
+            self.send(200, make_pdf(["Quarterly report", "Revenue rose 9 percent."]), "application/pdf")
+        elif path == "/trickle":  # headers at once, then a byte every 0.2 s (bounded: ~60 s)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.end_headers()
+            self._trickle(b"slow words " * 30)
+        elif path == "/trickle-headers":  # even the status line comes a byte at a time
+            self._trickle(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nX-Padding: " + b"x" * 300)
+        elif path == "/guide/index.html":
+            self.send(200, GUIDE.encode(), "text/html; charset=utf-8")
+        elif path == "/plain.txt":
+            self.send(200, b"Just plain text about gardening.", "text/plain; charset=utf-8")
+        else:
+            self.send(404, b"not found", "text/plain")

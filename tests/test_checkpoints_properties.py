@@ -35,6 +35,15 @@ OPERATIONS = st.one_of(
 STEPS = st.lists(st.lists(OPERATIONS, max_size=6), min_size=1, max_size=6)
 
 
+def _rename(path: Path, target: Path) -> None:
+    if target.is_relative_to(path):
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.is_dir() and not target.is_symlink():
+        shutil.rmtree(target)
+    os.replace(path, target)
+
+
 def apply_operation(root: Path, operation: tuple) -> None:
     """One operation, as code would do it; one that makes no sense for the tree as it is does nothing."""
     kind, path = operation[0], root / operation[1]
@@ -53,13 +62,7 @@ def apply_operation(root: Path, operation: tuple) -> None:
             else:
                 path.unlink()
         elif kind == "rename":
-            target = root / operation[2]
-            if target.is_relative_to(path):
-                return
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if target.is_dir() and not target.is_symlink():
-                shutil.rmtree(target)
-            os.replace(path, target)
+            _rename(path, root / operation[2])
         elif kind == "chmod":
             if not path.is_symlink():
                 path.chmod(operation[3] if path.is_dir() else operation[2])

@@ -93,6 +93,20 @@ class Walk:
     started_ns: int
 
 
+def _listing(folder: int, prefix: str, seen: int) -> list[os.DirEntry] | None:
+    """What a folder holds; None for a folder below the top that code made unreadable (what it holds is not seen)."""
+    try:
+        with os.scandir(folder) as listing:
+            found = list(listing)
+    except OSError:
+        if not prefix:
+            raise
+        return None
+    if seen + len(found) > MAX_PATHS:
+        raise TooLarge(f"the work directory holds over {MAX_PATHS:,} files and folders")
+    return found
+
+
 def walk(root: str, previous: dict[str, tuple[tuple, Entry]], keep: Keep, racy_before: int = 0,
          skip: frozenset[str] = frozenset()) -> Walk:
     """The tree under root. A path whose signature is as in `previous` keeps its entry, unless it was written
@@ -111,15 +125,9 @@ def walk(root: str, previous: dict[str, tuple[tuple, Entry]], keep: Keep, racy_b
         while stack:
             folder, prefix = stack.pop()
             try:
-                try:
-                    with os.scandir(folder) as listing:
-                        found = list(listing)
-                except OSError:
-                    if not prefix:
-                        raise
-                    continue  # a folder code made unreadable: what it holds is not seen
-                if len(entries) + len(found) > MAX_PATHS:
-                    raise TooLarge(f"the work directory holds over {MAX_PATHS:,} files and folders")
+                found = _listing(folder, prefix, len(entries))
+                if found is None:
+                    continue
                 if prefix and not ENVIRONMENT_MARKS.isdisjoint([item.name for item in found]):
                     ignored.append(prefix.rstrip("/"))
                     del entries[prefix.rstrip("/")]

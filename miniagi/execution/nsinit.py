@@ -269,6 +269,13 @@ def main() -> int:
             os.execvp(argv[0], argv)
         finally:
             os._exit(127)
+    return reap(command, wake_read, lifeline)
+
+
+def reap(command: int, wake_read: int, lifeline: int) -> int:
+    """As the namespace's init: collect every process that ends (orphans are re-parented here) until the command
+    has, and return its exit code (128 + N for a signal); woken by SIGCHLD through `wake_read`, and 137 once the
+    agent, the other end of `lifeline`, is gone."""
     while True:
         while True:  # collect every process that has ended
             try:

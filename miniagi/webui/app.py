@@ -8,24 +8,22 @@ since, rendered here, with what the run waits for; the page never reloads.
 It is locked (auth.py): a token, then a cookie, for every request; actions are POSTs that only its own pages can
 make. Only requests that name this machine (loopback, or --host) in their Host header are answered: a web page
 elsewhere cannot reach the UI through a name it re-points at 127.0.0.1 (DNS rebinding).
-The handlers are plain functions, which Starlette runs in a thread, and they read run files only as bounded regular
-files (runs.open_regular): a FIFO, a huge file or a broken line in a run folder makes that run unreadable, never a
-page hang.
+The handlers are plain functions of (the app's UIContext, the request), which Starlette runs in a thread, and they
+read run files only as bounded regular files (runs.open_regular): a FIFO, a huge file or a broken line in a run
+folder makes that run unreadable, never a page hang.
 """
 
 from __future__ import annotations
 
-import functools
-import subprocess
 import threading
-import time
+from functools import cache, partial
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse
+from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -37,19 +35,17 @@ from ..report import cache_rate, folder, started, took
 from ..runs import STATUSES, RunStore
 from .auth import TokenCheck, csrf_value, new_token
 from .batches import batch_routes
-from .conversation import conversation, once_per_step
-from .setup import EndpointView
-from .steering import Refused, steering
+from .context import UIContext
+from .conversation import conversation
+from .steering import Refused, controls, steering_routes
 from .workbench import PROTOCOLS, Workbench
 
 HERE = Path(__file__).parent
 FOLD_LINES = 12  # an observation longer than this is folded
 LOOPBACK = ("localhost", "127.0.0.1", "::1")
 ANY_HOST = ("0.0.0.0", "::", "")  # listening on every interface: the names it is reached by are unknown
-RECALLED_CHARS = 400  # of each recalled text on a run page
 RATE_MIN_S = 0.5  # a tokens/s figure is shown for a reply generated over this long at least: a rate over less says
 #                  little (an instant server's "4943 tokens/s")
-UI_TRACE_MAX_BYTES = 64 * 2**20  # a larger trace is not shown (`miniagi show` reads it)
 
 
 def host_name(header: str) -> str:
@@ -75,26 +71,6 @@ class HostCheck:
                                              status_code=421)
                 return await response(scope, receive, send)
         return await self.app(scope, receive, send)
-
-
-def in_step_order(events: list[ev.Event], running: bool) -> tuple[list[ev.Event], int]:
-    """The events with each step's model replies and recall shown after its action, not above it. While the run
-    goes on, a step's replies whose action has not come yet are held back: returned is how many events were used."""
-    ordered, waiting = [], []
-    for event in events:
-        if isinstance(event, (ev.ModelCall, ev.Recall)):
-            if waiting and waiting[0].step != event.step:
-                ordered, waiting = ordered + waiting, []
-            waiting.append(event)
-            continue
-        if waiting and isinstance(event, (ev.Action, ev.FormatError)) and event.step == waiting[0].step:
-            ordered += [event, *waiting]
-        else:
-            ordered += [*waiting, event]
-        waiting = []
-    if running:
-        return ordered, len(events) - len(waiting)
-    return ordered + waiting, len(events)
 
 
 def highlight(code: str, command: str) -> Markup:
@@ -142,201 +118,111 @@ def create_app(home: Path, redact=lambda text: text, host: str = "127.0.0.1", to
     templates.globals["files_summary"] = files_summary  # a step's line: "2 files changed: a.txt, d.txt (new)"
     templates.filters["redact"] = lambda text: redact(str(text)) if text is not None else ""
     templates.filters["markdown"] = markdown
-
-    def page(name: str, _status: int = 200, **values) -> HTMLResponse:
-        return HTMLResponse(templates.get_template(name).render(**values), status_code=_status)
-
-    def refused(status: int, message: str) -> HTMLResponse:
-        return page("missing.html", _status=status, message=message)
-
-    def read_events(run_id: str) -> tuple[object, list[ev.Event]]:
-        record = store.open(run_id)
-        try:
-            return record, ev.read(record.events(UI_TRACE_MAX_BYTES))
-        except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
-            raise ConfigError(f"run {record.run_id} cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
-
-    memory: list = []  # the vector memory, opened (with its embedder) on first use and kept
-
-    def vector_memory():
-        """The memory, when there is one: the UI never creates it (a GET writes nothing)."""
-        if not memory:
-            if not (Path(home) / "memory" / "chroma.sqlite3").is_file():
-                return None
-            from ..agent import open_vector_memory
-            from ..config import Settings
-
-            found = open_vector_memory(Settings(home=str(home), memory_scope="global"), {}, None, redact)
-            found.read_only = True  # it stores no journal, makes no collection: a view stores nothing
-            memory.append(found)
-        return memory[0]
-
-    def recalled(events: list[ev.Event]) -> dict[str, str]:
-        """id → text of every item the run's steps recalled (the ids alone say nothing to a reader)."""
-        ids = sorted({i for event in events if isinstance(event, ev.Recall) for i in event.ids})
-        if not ids:
-            return {}
-        try:
-            store_ = vector_memory()
-            found = store_.collection.get(ids=ids, include=["documents"]) if store_ is not None else {}
-        except Exception:  # a store that cannot be opened: the ids are shown
-            return {}
-        return {i: redact(text or "")[:RECALLED_CHARS] for i, text in zip(found.get("ids", []),
-                                                                           found.get("documents", []))}
-
-    def render_events(run_id: str, events: list[ev.Event], running: bool, anchors: bool = True) -> tuple[str, int]:
-        """The events as the page shows them; `anchors`: each step with its id (step-N), for the run the page is
-        about (not for the other runs of its conversation)."""
-        ordered, used = in_step_order(events, running)
-        return templates.get_template("events.html").render(run_id=run_id, events=once_per_step(ordered),
-                                                            recalled=recalled(ordered), anchors=anchors), used
-
-    def turn(run_id: str) -> dict | None:
-        """A run as one turn of a conversation: its objective, its steps (folded), its answer."""
-        try:
-            record, events = read_events(run_id)
-        except ConfigError:
-            return None
-        result = record.read_result()
-        start = next((e for e in events if isinstance(e, ev.RunStart)), None)
-        html, _ = render_events(record.run_id, [e for e in events if not isinstance(e, ev.RunStart)], False,
-                                anchors=False)
-        return {"run_id": record.run_id, "objective": start.objective if start else result.get("objective", ""),
-                "follows": start.follows if start else None, "status": result.get("status", "running"),
-                "steps": result.get("steps") or 0, "answer": result.get("answer"), "events_html": Markup(html)}
-
-    setup = EndpointView(bench)
-
-    def start_form(**values) -> dict:
-        """What the start form says of the model: no endpoint (and how to fix it), the model in use, the models the
-        endpoint lists."""
-        return {"setup_problem": setup.problem(), "default_model": setup.model(), "models": setup.models(), **values}
-
-    controls, steer_routes = steering(bench, store, token, templates, page, redact, start_form)
-
-    def live_view(run_id: str, result: dict, events: list[ev.Event], stream: dict | None) -> str:
-        """What the run is doing now: the reply streaming in; what its command prints as it prints it, with the
-        time it has run; and, once stopped, what it printed until then (no observation records it)."""
-        running = result.get("status", "running") == "running"
-        printed = bench.printed(run_id)
-        if printed is not None:
-            observed = any(isinstance(e, ev.Observation) and e.step == printed.get("step") for e in events)
-            printed = dict(printed, running=running and printed.get("running"))
-            if observed or (running and not printed["running"]) or result.get("status") == "done":
-                printed = None
-            elif printed["running"]:
-                printed["elapsed"] = f"{max(0.0, time.time() - float(printed.get('started') or 0)):.0f} s"
-        return templates.get_template("live.html").render(stream=stream, printed=printed)
-
-    def runs_list(request: Request):
-        status, query = request.query_params.get("status") or None, request.query_params.get("q", "").strip()
-        runs = [r for r in store.results(status) if query.lower() in str(r.get("objective", "")).lower()]
-        return page("runs.html", runs=runs, status=status, query=query, statuses=STATUSES, **start_form())
-
-    def not_found(run_id: str, exc: ConfigError) -> tuple[str, str]:
-        """Why a run cannot be found, and, when this UI started it, what its process said: a run refused at its
-        first request is not kept (its folder is gone), and the page that followed it says why."""
-        for session in reversed(list(bench.sessions.values())):
-            if run_id in session.runs():
-                try:  # its folder is removed just before it says why and exits
-                    code = session.process.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    code = None
-                ended = f" (exit {code})" if code is not None else ""
-                return (f"run {run_id} was not kept: it ended before its first model reply{ended}",
-                        redact(session.log_tail()))
-        return str(exc), ""
-
-    def run_page(request: Request):
-        try:
-            record, events = read_events(request.path_params["run_id"])
-        except ConfigError as exc:
-            message, log = not_found(request.path_params["run_id"], exc)
-            return page("missing.html", _status=404, message=message, log=log)
-        result = live_result(record.read_result(), events)
-        follows = next((e.follows for e in events if isinstance(e, ev.RunStart)), None)
-        earlier, later = conversation(record.run_id, follows, store.results, turn)
-        if later:  # the conversation goes on below: it is followed up from its newest run
-            result = dict(result, continued_in=later[-1]["run_id"])
-        html, used = render_events(record.run_id, events, result.get("status", "running") == "running")
-        control = controls(record.run_id, result)
-        return page("run.html", run_id=record.run_id, result=result, events_html=Markup(html), count=used,
-                    chart=chart(usage(events)), control=control, earlier=earlier, later=later,
-                    live_html=Markup(live_view(record.run_id, result, events, control["stream"])))
-
-    def run_events(request: Request):
-        """What came since event N, rendered, for a page watching a running run."""
-        try:
-            record, events = read_events(request.path_params["run_id"])
-        except ConfigError as exc:
-            message, log = not_found(request.path_params["run_id"], exc)
-            return JSONResponse({"error": message, "log": log}, status_code=404)
-        try:
-            after = max(0, int(request.query_params.get("after", "0") or 0))
-        except ValueError:
-            return JSONResponse({"error": "after: give the number of events already shown"}, status_code=400)
-        result = live_result(record.read_result(), events)
-        html, used = render_events(record.run_id, events[after:], result.get("status", "running") == "running")
-        control = controls(record.run_id, result)
-        return JSONResponse({"count": after + used, "html": html, "status": result.get("status", "running"),
-                             "chart": str(chart(usage(events))),
-                             "meta": templates.get_template("meta.html").render(result=result),
-                             "control": control["html"], "control_key": control["key"], "live": control["live"],
-                             "now": live_view(record.run_id, result, events, control["stream"]),
-                             "answer": str(markdown(redact(result["answer"]))) if result.get("answer") is not None
-                             else None})
-
-    def prompt_page(request: Request):
-        """What the model saw for a step: the messages sent, each with what it covers (model_view.py)."""
-        from ..model_view import read_prompts
-
-        try:
-            record = store.open(request.path_params["run_id"])
-            step = int(request.path_params["step"])
-        except (ConfigError, ValueError) as exc:
-            return refused(404, str(exc))
-        return page("prompt.html", run_id=record.run_id, step=step, prompts=read_prompts(record.dir, step),
-                    steps=record.read_result().get("steps") or 0)
-
-    def run_diff(request: Request):
-        """What the run, or its step N (?step=N), changed in its work directory (miniagi diff)."""
-        try:
-            record = store.open(request.path_params["run_id"])
-            step = int(request.query_params["step"]) if request.query_params.get("step") else None
-            files, diff = changes_text(record, step)
-        except (ConfigError, ValueError) as exc:
-            return refused(404, str(exc))
-        return page("diff.html", run_id=record.run_id, step=step, diff=diff,
-                    line=files_summary(files) if files else "no files changed")
-
-    def memory_page(request: Request):
-        query = request.query_params.get("q", "").strip()
-        hits, problem = [], ""
-        if query:
-            try:
-                found = vector_memory()
-                if found is None:
-                    problem = f"there is no memory under {home} yet"
-                else:
-                    hits = found.search(query, 10)
-            except Exception as exc:  # a store that cannot be opened
-                problem = f"{type(exc).__name__}: {exc}"
-        return page("memory.html", query=query, hits=hits, problem=problem)
-
-    def api_runs(request: Request):
-        return JSONResponse(store.results(request.query_params.get("status") or None))
-
+    ui = UIContext(Path(home), store, bench, templates, token, redact)
     app = Starlette(routes=[
-        Route("/", runs_list), Route("/runs/{run_id}", run_page), Route("/runs/{run_id}/events", run_events),
-        Route("/runs/{run_id}/prompt/{step}", prompt_page),
-        Route("/runs/{run_id}/diff", run_diff),
-        *batch_routes(home, page), Route("/memory", memory_page), Route("/api/runs", api_runs),
-        *steer_routes,
+        Route("/", partial(runs_list, ui)), Route("/runs/{run_id}", partial(run_page, ui)),
+        Route("/runs/{run_id}/events", partial(run_events, ui)),
+        Route("/runs/{run_id}/prompt/{step}", partial(prompt_page, ui)),
+        Route("/runs/{run_id}/diff", partial(run_diff, ui)),
+        *batch_routes(home, ui.page), Route("/memory", partial(memory_page, ui)),
+        Route("/api/runs", partial(api_runs, ui)),
+        *steering_routes(ui),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static")],
-        exception_handlers={Refused: lambda request, exc: refused(exc.status, exc.message)})
+        exception_handlers={Refused: lambda request, exc: ui.refused(exc.status, exc.message)})
     locked = HostCheck(TokenCheck(app, token), host)
     locked.token, locked.workbench = token, bench
     return locked
+
+
+def runs_list(ui: UIContext, request: Request):
+    status, query = request.query_params.get("status") or None, request.query_params.get("q", "").strip()
+    runs = [r for r in ui.store.results(status) if query.lower() in str(r.get("objective", "")).lower()]
+    return ui.page("runs.html", runs=runs, status=status, query=query, statuses=STATUSES, **ui.start_form())
+
+
+def run_page(ui: UIContext, request: Request):
+    try:
+        record, events = ui.read_events(request.path_params["run_id"])
+    except ConfigError as exc:
+        message, log = ui.not_found(request.path_params["run_id"], exc)
+        return ui.page("missing.html", _status=404, message=message, log=log)
+    result = live_result(record.read_result(), events)
+    follows = next((e.follows for e in events if isinstance(e, ev.RunStart)), None)
+    earlier, later = conversation(record.run_id, follows, ui.store.results, ui.turn)
+    if later:  # the conversation goes on below: it is followed up from its newest run
+        result = dict(result, continued_in=later[-1]["run_id"])
+    html, used = ui.render_events(record.run_id, events, result.get("status", "running") == "running")
+    control = controls(ui, record.run_id, result)
+    return ui.page("run.html", run_id=record.run_id, result=result, events_html=Markup(html), count=used,
+                   chart=chart(usage(events)), control=control, earlier=earlier, later=later,
+                   live_html=Markup(ui.live_view(record.run_id, result, events, control["stream"])))
+
+
+def run_events(ui: UIContext, request: Request):
+    """What came since event N, rendered, for a page watching a running run."""
+    try:
+        record, events = ui.read_events(request.path_params["run_id"])
+    except ConfigError as exc:
+        message, log = ui.not_found(request.path_params["run_id"], exc)
+        return JSONResponse({"error": message, "log": log}, status_code=404)
+    try:
+        after = max(0, int(request.query_params.get("after", "0") or 0))
+    except ValueError:
+        return JSONResponse({"error": "after: give the number of events already shown"}, status_code=400)
+    result = live_result(record.read_result(), events)
+    html, used = ui.render_events(record.run_id, events[after:], result.get("status", "running") == "running")
+    control = controls(ui, record.run_id, result)
+    return JSONResponse({"count": after + used, "html": html, "status": result.get("status", "running"),
+                         "chart": str(chart(usage(events))),
+                         "meta": ui.templates.get_template("meta.html").render(result=result),
+                         "control": control["html"], "control_key": control["key"], "live": control["live"],
+                         "now": ui.live_view(record.run_id, result, events, control["stream"]),
+                         "answer": str(markdown(ui.redact(result["answer"]))) if result.get("answer") is not None
+                         else None})
+
+
+def prompt_page(ui: UIContext, request: Request):
+    """What the model saw for a step: the messages sent, each with what it covers (model_view.py)."""
+    from ..model_view import read_prompts
+
+    try:
+        record = ui.store.open(request.path_params["run_id"])
+        step = int(request.path_params["step"])
+    except (ConfigError, ValueError) as exc:
+        return ui.refused(404, str(exc))
+    return ui.page("prompt.html", run_id=record.run_id, step=step, prompts=read_prompts(record.dir, step),
+                   steps=record.read_result().get("steps") or 0)
+
+
+def run_diff(ui: UIContext, request: Request):
+    """What the run, or its step N (?step=N), changed in its work directory (miniagi diff)."""
+    try:
+        record = ui.store.open(request.path_params["run_id"])
+        step = int(request.query_params["step"]) if request.query_params.get("step") else None
+        files, diff = changes_text(record, step)
+    except (ConfigError, ValueError) as exc:
+        return ui.refused(404, str(exc))
+    return ui.page("diff.html", run_id=record.run_id, step=step, diff=diff,
+                   line=files_summary(files) if files else "no files changed")
+
+
+def memory_page(ui: UIContext, request: Request):
+    query = request.query_params.get("q", "").strip()
+    hits, problem = [], ""
+    if query:
+        try:
+            found = ui.vector_memory()
+            if found is None:
+                problem = f"there is no memory under {ui.home} yet"
+            else:
+                hits = found.search(query, 10)
+        except Exception as exc:  # a store that cannot be opened
+            problem = f"{type(exc).__name__}: {exc}"
+    return ui.page("memory.html", query=query, hits=hits, problem=problem)
+
+
+def api_runs(ui: UIContext, request: Request):
+    return JSONResponse(ui.store.results(request.query_params.get("status") or None))
 
 
 def live_result(result: dict, events: list[ev.Event]) -> dict:
@@ -372,7 +258,7 @@ def markdown(text: str) -> Markup:
 _MARKDOWN_LOCK = threading.Lock()
 
 
-@functools.cache
+@cache
 def _markdown():
     """One renderer, its rule chains compiled before any page uses it: markdown-it compiles them on first use, and
     two threads doing that at once could see a half-built chain (an answer rendered empty)."""
