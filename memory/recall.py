@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .archive import Archive, Archived, is_value, earlier_archives
+from .archive import Archive, Archived, earlier_archives, is_value
 from .context import fence_untrusted
 from .excerpt import LABELS, SENTENCE_END, excerpt, terms, units
 

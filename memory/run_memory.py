@@ -26,10 +26,18 @@ from typing import Callable
 
 from .archive import Archive, archive_path
 from .condense import split_by_tokens, words_for
-from .context import (NOTE_COMMAND, Context, ContextBuilder, Note, StepRecord, Summary, fence_untrusted, head_notes,
-                      message_text)
-from .excerpt import (collapse_repeats, excerpt, novelty, prepare_excerpt, same_note, terms, terms_of_lines,
-                      units)
+from .context import (
+    NOTE_COMMAND,
+    Context,
+    ContextBuilder,
+    Note,
+    StepRecord,
+    Summary,
+    fence_untrusted,
+    head_notes,
+    message_text,
+)
+from .excerpt import collapse_repeats, excerpt, novelty, prepare_excerpt, same_note, terms, terms_of_lines, units
 from .recall import Recaller, adds_to
 from .store import RUN_NAME, Hit, MemoryItem, VectorMemory
 from .tokens import TokenCounter

@@ -24,15 +24,15 @@ from .config import ConfigError, Settings, read_settings_files
 from .model import Model, PriceTable
 from .prompts import system_prompt
 from .protocols import formats
-from .run import Run, RunResult
-from .runs import RunStore, now_iso
 from .redaction import Redactor
+from .run import Run, RunResult
+from .run_store import RunStore, now_iso
 from .services import Services
 from .state import RunState
+from .terminal import Terminal
 from .trust import DotenvGuard
-from .ui import Terminal
-from .workspace import RunWorkspace
 from .websearch import DdgsBackend, SearchBackend
+from .workspace import RunWorkspace
 
 __all__ = ["Agent", "RunResult", "open_vector_memory", "recorded_settings"]
 

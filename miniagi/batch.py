@@ -29,11 +29,24 @@ from rich.console import Console
 from rich.text import Text
 
 from . import safefs
-from .batch_report import (figures, latest_results, pipe_console, preview, print_table, register_batch, results_key,
-                           scores, sign, succeeded, summary_line, summary_table, totals)
+from .batch_report import (
+    figures,
+    latest_results,
+    pipe_console,
+    preview,
+    print_table,
+    register_batch,
+    results_key,
+    scores,
+    sign,
+    succeeded,
+    summary_line,
+    summary_table,
+    totals,
+)
 from .config import OPTIONS_BY_NAME, ConfigError, Settings, read_settings_files, resolve_settings
 from .redaction import Redactor, redact_data
-from .runs import miniagi_command, now_iso
+from .run_store import miniagi_command, now_iso
 from .text import json_lines
 
 RESUMABLE = ("limit", "interrupted")

@@ -21,7 +21,7 @@ from pathlib import Path
 from rich.console import Console
 
 from .config import ConfigError
-from .runs import now_iso
+from .run_store import now_iso
 from .text import json_lines
 
 RESULTS_NAME = "results.jsonl"

@@ -13,7 +13,7 @@ import sys
 
 from . import __version__
 from .config import OPTIONS, OPTIONS_BY_NAME, ConfigError, Option, forget_dotenv, read_settings_files, resolve_settings
-from .runs import STATUSES, WHOLE_RUN_ID
+from .run_store import STATUSES, WHOLE_RUN_ID
 
 COMMAND_HELP = {
     "run": "work on an objective (the default command)",
@@ -293,7 +293,7 @@ def _flags(args: argparse.Namespace) -> dict:
 
 
 def _finish(result, as_json: bool) -> int:
-    from .ui import visible, visible_json
+    from .terminal import visible, visible_json
 
     if as_json:
         print(visible_json(result.summary))
@@ -305,7 +305,7 @@ def _finish(result, as_json: bool) -> int:
 
 def _starting():
     """A sign of life while the agent's libraries load (a second or two) — in a terminal only."""
-    from .ui import make_console
+    from .terminal import make_console
 
     console = make_console(stderr=True)
     return console.status("starting…", spinner="dots") if console.is_terminal else contextlib.nullcontext()
@@ -366,7 +366,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     if interactive:
         from rich.markup import escape
 
-        from .ui import visible
+        from .terminal import visible
 
         agent.services.ui.echo_objective = False  # the person just typed it
         agent.services.ui.say(f"[bold]miniagi chat[/] · model {escape(visible(settings.model))} · folder "
@@ -481,7 +481,7 @@ def cmd_batch_report(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from .replay import replay
-    from .ui import Terminal, visible, visible_json
+    from .terminal import Terminal, visible, visible_json
 
     settings = resolve_settings({"home": args.home})
     ui = Terminal(interactive=sys.stdin is not None and sys.stdin.isatty())
@@ -545,7 +545,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
 def _memory_run(settings, run_id: str) -> str:
     """--run takes an id as every command does (a unique prefix, or last); memories outlive a run's folder, so an
     id that no run folder starts with is taken as it is."""
-    from .runs import RUN_ID, RunStore
+    from .run_store import RUN_ID, RunStore
 
     store = RunStore(settings.home_path)
     names = [p.name for p in store.root.iterdir()] if store.root.is_dir() else []
@@ -599,8 +599,8 @@ def check_dotenv(settings) -> None:
     """The .env check a run makes (trust.py's one rule), for a command that takes settings from ./.env without
     starting a run of its own first: `ui` (its home), `batch` (its home, and the sandbox its checks run in). A
     .env that code of a run could have written is asked about, or refused with no terminal."""
+    from .terminal import Terminal
     from .trust import DotenvGuard
-    from .ui import Terminal
 
     DotenvGuard(settings, os.environ).check(Terminal(interactive=sys.stdin is not None and sys.stdin.isatty()))
 
@@ -616,7 +616,7 @@ def cmd_tools(args: argparse.Namespace) -> int:
     from .commands import CommandTable
     from .mcp_tools import McpCommand, McpTools
     from .redaction import Redactor
-    from .ui import Terminal, visible, visible_json
+    from .terminal import Terminal, visible, visible_json
 
     settings = resolve_settings({"mcp_config": args.mcp_config, "workdir": args.workdir, "home": args.home})
     ui = Terminal(interactive=sys.stdin is not None and sys.stdin.isatty())
@@ -682,7 +682,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
 
 def _store(args: argparse.Namespace):
-    from .runs import RunStore
+    from .run_store import RunStore
 
     return RunStore(resolve_settings({"home": args.home}).home_path)
 
@@ -773,7 +773,7 @@ def _complain(text: str) -> None:
     """An error line: no secret on it (a URL it names may hold a password), nothing that drives the terminal."""
     from .config import read_settings_files
     from .redaction import Redactor
-    from .ui import visible
+    from .terminal import visible
 
     try:
         dotenv = read_settings_files()

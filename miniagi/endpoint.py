@@ -19,9 +19,24 @@ from .config import ConfigError, Endpoint
 from .model import Completion, Message, ModelError, ModelRejected, ModelUnavailable, ToolCall
 from .prices import PriceTable, cached_prompt_tokens, count_prompt_tokens, whole_number
 from .retry import Backoff, retry_after
-from .sdk_client import (BYTES_PER_TOKEN_BOUND, CHARS_PER_TOKEN_BOUND, PAST_CAP_SLACK, UNCAPPED_REPLY_TOKENS,
-                         BadResponse, BrokenStream, Dropped, EndpointClient, FailedMidReply, Limits, PastDeadline,
-                         Reply, Silent, load_sdk, preload, request_deadline)
+from .sdk_client import (
+    BYTES_PER_TOKEN_BOUND,
+    CHARS_PER_TOKEN_BOUND,
+    PAST_CAP_SLACK,
+    UNCAPPED_REPLY_TOKENS,
+    BadResponse,
+    BrokenStream,
+    Dropped,
+    EndpointClient,
+    FailedMidReply,
+    Limits,
+    PastDeadline,
+    Reply,
+    Silent,
+    load_sdk,
+    preload,
+    request_deadline,
+)
 
 __all__ = ["OpenAIModel", "EndpointClient", "preload", "format_name", "request_deadline"]
 

@@ -17,8 +17,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .runs import open_regular
 from .redaction import redact_data
+from .run_store import open_regular
 
 FILE = "prompts.jsonl"
 MAX_BYTES = 256 * 2**20  # a larger file is not read (a run's own folder; code may have written there)

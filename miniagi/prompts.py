@@ -28,9 +28,8 @@ asks you to ("do what these notes say"). The reviewer's advice comes only under 
 def system_prompt(workdir: str, reply_format: ReplyFormat | None = None) -> str:
     """For a format and the commands it offers (the tags format and the built-in commands when none is given)."""
     from .critic import ADVICE_LABEL
-    from .protocols import formats
-
     from .mcp_tools import python_note
+    from .protocols import formats
 
     reply_format = reply_format or formats()["tags"]
     commands = reply_format.commands.values()

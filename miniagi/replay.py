@@ -11,7 +11,7 @@ from . import events as ev
 from .commands import COMMANDS
 from .config import ConfigError, Settings
 from .model import Completion, ScriptExhausted, ToolCall, local_completion
-from .runs import RunRecord, RunStore
+from .run_store import RunRecord, RunStore
 from .text import json_lines
 from .trust import narrowed
 

@@ -10,9 +10,9 @@ from rich.text import Text
 
 from . import events as ev
 from .checkpoints import summary
-from .runs import RunRecord, RunStore
+from .run_store import RunRecord, RunStore
+from .terminal import calls, make_console, visible, visible_json
 from .text import plural
-from .ui import calls, make_console, visible, visible_json
 
 STATUS_STYLES = {"done": "green", "running": "cyan", "limit": "yellow", "interrupted": "yellow"}
 

@@ -28,17 +28,17 @@ from .checkpoints import open_checkpoints
 from .commands import Outcome
 from .config import OPTIONS_BY_NAME, ConfigError
 from .execution import cap_text
-from .loops import STOP_AFTER, WARN_AFTER
+from .loop_detector import STOP_AFTER, WARN_AFTER
 from .model import Completion, ModelError, ModelUnavailable
+from .model_view import PromptLog
 from .protocols import Decision, MalformedReply, one_command_line
-from .runs import RunRecord, now_iso, process_identity
 from .redaction import redact_data
+from .run_store import RunRecord, now_iso, process_identity
 from .services import Services
 from .state import RunState
-from .trust import resume_flags
-from .model_view import PromptLog
-from .text import plural
 from .stops import EXIT_CODES, Ending, LimitReached, Stop, Stuck, Submitted, TooManyFormatErrors, ending_for
+from .text import plural
+from .trust import resume_flags
 from .websearch import SearchResult
 from .workspace import RunWorkspace
 

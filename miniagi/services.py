@@ -18,8 +18,8 @@ if TYPE_CHECKING:
     from .model import Model, PriceTable
     from .protocols import ReplyFormat
     from .redaction import Redactor
+    from .terminal import Terminal
     from .trust import DotenvGuard
-    from .ui import Terminal
     from .websearch import SearchBackend
 
 

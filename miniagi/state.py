@@ -10,7 +10,7 @@ from memory.context import NOTE_COMMAND, StepRecord, Summary
 
 from . import events as ev
 from .config import ConfigError
-from .loops import LoopDetector
+from .loop_detector import LoopDetector
 
 # (number, thought, command, arg, observation, raw_reply, notes, args) → the step as the context shows it
 MakeRecord = Callable[..., StepRecord]

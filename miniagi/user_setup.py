@@ -158,7 +158,7 @@ def _say(text: str) -> None:
     import shutil
     import textwrap
 
-    from .ui import visible
+    from .terminal import visible
 
     if sys.stderr.isatty():
         width = shutil.get_terminal_size().columns - 1

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from benchlib import ROOT, common_prefix
+
 from memory.tokens import counter_for
 from tests.fake_llm import FakeLLM, rendered_prompt
 

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from benchlib import ROOT  # noqa: F401  (puts the checkout on sys.path)
+
 from tests.fake_llm import FakeLLM
 
 PARAGRAPH = ("Line {i}: the maintenance crew checked valve {i} and logged a pressure of {p} kPa before moving to "

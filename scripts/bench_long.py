@@ -47,6 +47,7 @@ import tempfile
 from pathlib import Path
 
 from benchlib import ROOT, checkout, common_prefix
+
 from memory.context import MESSAGE_OVERHEAD, REPLY_PRIMING, message_text
 from memory.tokens import counter_for
 from tests.fake_llm import Calls, FakeLLM, rendered_prompt

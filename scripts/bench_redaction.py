@@ -11,6 +11,7 @@ import argparse
 import time
 
 from benchlib import ROOT  # noqa: F401  (puts the checkout on sys.path)
+
 from miniagi.redaction import Redactor
 from miniagi.sources import html_to_text
 

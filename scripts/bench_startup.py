@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from benchlib import ROOT, checkout
+
 from tests.fake_llm import FakeLLM
 
 REPLY = "<r>Simple arithmetic.</r><c>done</c>\n42"

@@ -181,7 +181,7 @@ def run_agent(steps: int, budget: int, home: Path, memory_scope: str = "global",
     from miniagi import Agent, OpenAIModel, Settings
     from miniagi.cli import compact_malloc
     from miniagi.config import Endpoint
-    from miniagi.ui import Terminal
+    from miniagi.terminal import Terminal
 
     compact_malloc()  # as `miniagi` does at start
     ours, theirs = multiprocessing.Pipe()

@@ -282,7 +282,6 @@ def test_a_bad_dotenv_or_an_unusable_home_is_one_line_for_every_subcommand(llm, 
 
 def test_search_results_recalled_memories_and_critic_prompts_pass_the_gate_too(llm, isolated, monkeypatch):
     from memory.store import MemoryItem
-
     from miniagi import Agent, OpenAIModel, Settings
     from miniagi.agent import open_vector_memory
     from miniagi.config import Endpoint

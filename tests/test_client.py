@@ -5,10 +5,9 @@ one sends and names each error the way a user can act on."""
 from __future__ import annotations
 
 import json
-
-import openai
 from http.server import BaseHTTPRequestHandler
 
+import openai
 import pytest
 
 from miniagi.config import Endpoint

@@ -222,7 +222,6 @@ def test_adding_a_command_is_one_function(llm, isolated):
 def test_the_fixed_prompt_takes_at_most_a_quarter_of_a_small_budget(name):
     from memory.context import REPLY_PRIMING, ContextBuilder, Summary
     from memory.tokens import counter_for
-
     from miniagi.prompts import system_prompt
 
     builder = ContextBuilder(counter_for("gpt-4o-mini"), 3000)

@@ -4,12 +4,13 @@ live state at the same point — by property over generated event sequences, and
 from __future__ import annotations
 
 import dataclasses
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from miniagi import Agent, ScriptedModel, Settings
 from miniagi import events as ev
-from miniagi.runs import RunRecord
+from miniagi.run_store import RunRecord
 from miniagi.state import RunState
 
 TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)

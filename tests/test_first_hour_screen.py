@@ -128,10 +128,10 @@ def test_no_fragment_of_the_thought_is_left_above_a_steps_header_under_load(monk
     redraw between a print's erasing and its writing left the line still coming above the step's header."""
     from rich.live import Live
 
-    from miniagi import ui
+    from miniagi import terminal as ui
     from miniagi.commands import CommandTable
     from miniagi.protocols import formats
-    from miniagi.ui import DrawingConsole, Terminal
+    from miniagi.terminal import DrawingConsole, Terminal
 
     class Eager(Live):  # the spinner's refreshes as close together as they come on a loaded machine
         def __init__(self, *args, **kwargs):

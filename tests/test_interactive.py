@@ -106,7 +106,7 @@ def test_the_approval_prompt_shows_its_choices_and_ctrl_d_stops_the_run(llm, iso
 def test_ctrl_c_at_a_prompt_leaves_the_next_message_on_a_line_of_its_own(capsys):
     import pytest
 
-    from miniagi.ui import Terminal
+    from miniagi.terminal import Terminal
 
     terminal = Terminal(interactive=True)
 

@@ -197,7 +197,7 @@ def test_the_spinner_draws_the_line_coming_without_waiting_for_the_reply():
     from rich.console import Console
 
     from miniagi.protocols import formats
-    from miniagi.ui import LiveReply, Terminal
+    from miniagi.terminal import LiveReply, Terminal
 
     terminal = Terminal(interactive=False)
     terminal.console = Console(file=io.StringIO(), force_terminal=True, width=100)

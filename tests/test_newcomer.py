@@ -431,7 +431,7 @@ def printed_ids_are_shown_or_said_not_kept(cli, stderr: str) -> list[str]:
     why it finds none, without taking the id for an objective's words). Returns the ids."""
     import re
 
-    from miniagi.runs import WHOLE_RUN_ID
+    from miniagi.run_store import WHOLE_RUN_ID
 
     ids = sorted(set(re.findall(WHOLE_RUN_ID.pattern, stderr)))
     for run_id in ids:

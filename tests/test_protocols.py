@@ -230,7 +230,7 @@ def test_loops_are_detected_on_the_commands_output_with_line_numbers_normalised(
 
 
 def test_a_repeated_bash_error_at_other_lines_is_a_loop():
-    from miniagi.loops import LoopDetector
+    from miniagi.loop_detector import LoopDetector
 
     detector = LoopDetector()
     # echoed transcript text run by bash: other commands each time, the same error at other lines

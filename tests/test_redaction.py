@@ -10,8 +10,16 @@ import time
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from miniagi.redaction import (ASSIGNMENT, REDACTED, URL_PASSWORD, Redactor, child_environment, is_secret_name,
-                               redact_data, without_credentials)
+from miniagi.redaction import (
+    ASSIGNMENT,
+    REDACTED,
+    URL_PASSWORD,
+    Redactor,
+    child_environment,
+    is_secret_name,
+    redact_data,
+    without_credentials,
+)
 
 ENVIRONMENT = {
     "PATH": "/usr/bin", "LANG": "C.UTF-8", "LC_ALL": "C", "TZ": "UTC", "HOME": "/root", "PWD": "/work",

@@ -19,7 +19,7 @@ from miniagi.config import Endpoint
 from miniagi.endpoint import OpenAIModel
 from miniagi.model import Completion, ModelError, ModelUnavailable
 from miniagi.retry import Backoff
-from miniagi.ui import Flow
+from miniagi.terminal import Flow
 
 from .conftest import act
 from .fake_llm import Calls, Fail, Hang, Raw, Stream, Trickle

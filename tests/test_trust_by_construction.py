@@ -13,11 +13,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings as hypothesis_settings, strategies as st
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
+from . import test_ui
 from .conftest import act, one_line
 from .test_mcp import PROBE, observations, trace_of
-from . import test_ui
 
 browser = test_ui.browser  # the suite's headless Chromium (a fixture)
 bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
@@ -242,7 +244,7 @@ def test_any_change_of_a_sensitive_dotenv_setting_is_asked_about(isolated, befor
     """Whatever the file held and whichever of its sensitive settings is removed, emptied or changed, the next
     start asks (and a harmless one, the model, is never asked about)."""
     from miniagi.config import ConfigError, Settings, forget_dotenv, resolve_settings
-    from miniagi.trust import DotenvGuard, HARMLESS
+    from miniagi.trust import HARMLESS, DotenvGuard
 
     # a folder of its own (not a sibling of the others: many siblings' parent becomes a place code ran in)
     folder = isolated.work / f"p{len(list(isolated.work.iterdir()))}" / "project"

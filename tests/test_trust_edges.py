@@ -263,7 +263,7 @@ def test_a_socks_proxy_is_used_or_said_in_one_line_never_a_traceback(cli, llm, i
 
 
 def test_run_files_are_never_written_through_a_link(tmp_path):
-    from miniagi.runs import RunRecord
+    from miniagi.run_store import RunRecord
 
     target = tmp_path / "bashrc"
     target.write_text("# the user's own\n")

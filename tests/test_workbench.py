@@ -16,9 +16,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from . import test_ui
 from .conftest import act, run_dirs
 from .fake_llm import Hang, Stream
-from . import test_ui
 from .test_ui import free_port, serve_ui, wait_for
 
 browser = test_ui.browser  # the suite's headless Chromium (a fixture)

@@ -14,8 +14,19 @@ import pytest
 from .conftest import act
 from .fake_llm import Stream, Wait
 from .test_ui import serve_ui, wait_for
-from .test_workbench import (DOCS_IMG, SCREENSHOTS, browser, button, main_text, on_run_page, present, start, status,
-                             text_of, type_into)
+from .test_workbench import (
+    DOCS_IMG,
+    SCREENSHOTS,
+    browser,
+    button,
+    main_text,
+    on_run_page,
+    present,
+    start,
+    status,
+    text_of,
+    type_into,
+)
 
 __all__ = ["browser"]  # the suite's headless Chromium (a fixture)
 

@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from ..runs import now_iso
+from ..run_store import now_iso
 from .store import Record, Secrets, Store
 from .tree import Entry, TooLarge, inside, walk
 

@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..runs import now_iso
+from ..run_store import now_iso
 from . import FOLDER, describe, home_of
 from .store import Record, Store, StoreError
 from .tree import DIR_FLAGS, FILE_FLAGS, Entry, TooLarge, inside, walk
@@ -306,7 +306,7 @@ def open_store(run_dir: Path) -> Store:
 # --- the commands -------------------------------------------------------------------------------------------------
 def print_diff(record, step: int | None) -> None:
     """`miniagi diff RUN_ID [--step N]`."""
-    from ..ui import visible
+    from ..terminal import visible
 
     files, text = changes_text(record, step)
     if not files:
@@ -332,7 +332,8 @@ def undo(record, to_step: int | None, yes: bool) -> int:
     """`miniagi undo RUN_ID [--to-step N] [-y]`: 0 when the work directory is back as it was, 1 when something
     was left as it is."""
     from ..config import ConfigError
-    from ..ui import plural, visible
+    from ..terminal import visible
+    from ..text import plural
 
     result = record.read_result()
     if result.get("status") == "running":

@@ -9,9 +9,22 @@ import json
 import re
 
 from ..commands import Command
-from . import (EXAMPLE_ANSWER, EXAMPLE_CODE, EXAMPLE_FIX, EXAMPLE_LAST_THOUGHT, EXAMPLE_OBJECTIVE, EXAMPLE_RESULT,
-               EXAMPLE_THOUGHT, Decision, MalformedReply, Partial, ReplyFormat, call_arguments, json_string_so_far,
-               lenient_json)
+from . import (
+    EXAMPLE_ANSWER,
+    EXAMPLE_CODE,
+    EXAMPLE_FIX,
+    EXAMPLE_LAST_THOUGHT,
+    EXAMPLE_OBJECTIVE,
+    EXAMPLE_RESULT,
+    EXAMPLE_THOUGHT,
+    Decision,
+    MalformedReply,
+    Partial,
+    ReplyFormat,
+    call_arguments,
+    json_string_so_far,
+    lenient_json,
+)
 
 _ARG_SO_FAR = re.compile(r'"args?"\s*:\s*(?:\{\s*"[^"\\]*"\s*:\s*)?"')  # the first argument's string value
 

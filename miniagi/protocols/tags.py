@@ -8,8 +8,19 @@ import re
 import textwrap
 
 from ..commands import Command
-from . import (EXAMPLE_ANSWER, EXAMPLE_CODE, EXAMPLE_FIX, EXAMPLE_LAST_THOUGHT, EXAMPLE_OBJECTIVE, EXAMPLE_RESULT,
-               EXAMPLE_THOUGHT, Decision, MalformedReply, Partial, ReplyFormat)
+from . import (
+    EXAMPLE_ANSWER,
+    EXAMPLE_CODE,
+    EXAMPLE_FIX,
+    EXAMPLE_LAST_THOUGHT,
+    EXAMPLE_OBJECTIVE,
+    EXAMPLE_RESULT,
+    EXAMPLE_THOUGHT,
+    Decision,
+    MalformedReply,
+    Partial,
+    ReplyFormat,
+)
 
 __all__ = ["FORMAT"]
 

@@ -8,8 +8,20 @@ import json
 import re
 
 from ..commands import Command
-from . import (EXAMPLE_ANSWER, EXAMPLE_CODE, EXAMPLE_OBJECTIVE, EXAMPLE_RESULT, Decision, MalformedReply, Partial,
-               ReplyFormat, call_arguments, json_string_so_far, lenient_json, observation_text)
+from . import (
+    EXAMPLE_ANSWER,
+    EXAMPLE_CODE,
+    EXAMPLE_OBJECTIVE,
+    EXAMPLE_RESULT,
+    Decision,
+    MalformedReply,
+    Partial,
+    ReplyFormat,
+    call_arguments,
+    json_string_so_far,
+    lenient_json,
+    observation_text,
+)
 
 _FIRST_VALUE = re.compile(r'\A\s*\{\s*"[^"\\]*"\s*:\s*"')  # a call's arguments, up to its first string value
 

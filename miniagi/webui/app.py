@@ -32,7 +32,7 @@ from ..checkpoints import summary as files_summary
 from ..checkpoints.history import changes_text
 from ..config import ConfigError
 from ..report import cache_rate, folder, started, took
-from ..runs import STATUSES, RunStore
+from ..run_store import STATUSES, RunStore
 from .auth import TokenCheck, csrf_value, new_token
 from .batches import batch_routes
 from .context import UIContext

@@ -15,8 +15,17 @@ from typing import Callable
 from starlette.requests import Request
 from starlette.routing import Route
 
-from ..batch_report import (known_batch, known_batches, latest, read_results, results_key, scores, shown, summary_line,
-                            totals)
+from ..batch_report import (
+    known_batch,
+    known_batches,
+    latest,
+    read_results,
+    results_key,
+    scores,
+    shown,
+    summary_line,
+    totals,
+)
 
 UI_MAX_BYTES = 16 * 2**20
 MAX_LISTED = 100

@@ -14,7 +14,7 @@ from starlette.responses import HTMLResponse
 
 from .. import events as ev
 from ..config import ConfigError
-from ..runs import RunStore
+from ..run_store import RunStore
 from .conversation import once_per_step
 from .setup import EndpointView
 from .workbench import Workbench

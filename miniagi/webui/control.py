@@ -26,7 +26,7 @@ import time
 import uuid
 from pathlib import Path
 
-from ..ui import LIVE_OUTPUT_LINES, OBSERVATION_PREVIEW_LINES, Approval, Terminal
+from ..terminal import LIVE_OUTPUT_LINES, OBSERVATION_PREVIEW_LINES, Approval, Terminal
 
 POLL_S = 0.1
 STREAM_EVERY_S = 0.2

@@ -18,7 +18,6 @@ from .auth import checked_form
 from .context import UIContext
 from .workbench import PROTOCOLS, Options
 
-
 YES_WORDS = ("1", "true", "on", "yes")
 
 

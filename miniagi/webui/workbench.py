@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..protocols import formats
-from ..runs import miniagi_command
+from ..run_store import miniagi_command
 from .control import Channel
 
 PROTOCOLS = tuple(formats())  # the reply formats a page may choose: the table of formats
