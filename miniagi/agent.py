@@ -210,10 +210,10 @@ class Agent:
         command = commands[action.command]
         what = "code" if action.command in ("execute_python", "execute_shell") else action.command
         how = "was cut off (its process ended)" if cut is None else f"was interrupted after {cut['ran_s']:.1f} s"
-        ui.warn(f"step {action.step}'s {what} {how}; it will run again")
-        if ui.interactive and ui.confirm(f"Ask the model for step {action.step} anew (a new model call) "
-                                                   f"instead of running its recorded {what} again?"):
+        if ui.interactive and ui.confirm(f"step {action.step}'s {what} {how}. Ask the model for step {action.step} "
+                                         f"anew (a new model call) instead of running its recorded {what} again?"):
             return None
+        ui.warn(f"step {action.step}'s {what} {how}; it will run again")
         args = command.arguments(action.args) if action.args is not None else command.parse(action.arg)
         return Decision(thought=action.thought, definition=command, args=args, given=action.args)
 

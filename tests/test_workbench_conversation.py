@@ -82,6 +82,10 @@ def test_what_running_code_prints_is_on_the_page_as_it_prints_and_stays_after_st
     assert browser.find_element("css selector", "form.resume-run input[name=yes]").is_selected()
     llm.add(act("execute_python", "print('read once more')", "one more reading"), act("done", "The gauge reads fine."))
     button(browser, "Resume").click()
+    # the step's code was cut off: the resume says so and offers the recorded reply; asked anew here
+    wait_for(lambda: "code was interrupted after" in browser.page_source and "anew" in browser.page_source,
+             "the resume says the step's code was cut off and offers to ask the model anew")
+    button(browser, "Approve").click()
     wait_for(lambda: on_run_page(browser) == run_id and status(browser) == "done", "the run resumes and ends")
     headers = browser.execute_script("return [...document.querySelectorAll('#events section.step h3')]"
                                      ".map(h => h.innerText)")
