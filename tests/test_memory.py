@@ -220,7 +220,8 @@ def test_a_summary_over_its_cap_is_condensed_never_cut_and_says_what_moved_out(i
     summarizer that ignores that too has its newest lines kept and a first line saying what moved out and how to get
     it back (recall: the steps are whole in the archive), never a text cut in the middle."""
     from memory.context import ContextBuilder, StepRecord
-    from memory.run_memory import MOVED_OUT, RunMemory
+    from memory.run_memory import RunMemory
+    from memory.summarizer import MOVED_OUT
 
     prompts = []
 
@@ -467,7 +468,7 @@ def test_the_next_recall_is_looked_up_while_the_reply_still_streams_in(llm, isol
 def _drained(memory) -> None:
     """Wait until the lookup thread has done what it was given."""
     done = threading.Event()
-    memory._lookup(done.set)
+    memory.recaller._lookup(done.set)
     assert done.wait(60)
 
 
