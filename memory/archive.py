@@ -129,9 +129,9 @@ class Archive:
                 found.setdefault(item.id, (tier, item))
             if len(found) >= limit * 3:
                 break
-        wanted = [_words_of(phrase) for phrase in phrases]
+        wanted = [words_of(phrase) for phrase in phrases]
         # a summary restates what steps and notes said: at equal coverage, they come first
-        ranked = sorted(found.values(), key=lambda pair: (-_line_coverage(pair[1].text, wanted),
+        ranked = sorted(found.values(), key=lambda pair: (-line_coverage(pair[1].text, wanted),
                                                           pair[1].kind == "summary", pair[0], pair[1].score))
         return [item for _, item in ranked[:limit]]
 
@@ -227,16 +227,16 @@ def query_phrases(query: str) -> list[str]:
     return phrases[:32]
 
 
-def _words_of(text: str) -> tuple[str, ...]:
+def words_of(text: str) -> tuple[str, ...]:
     """Words as the index splits them (unicode61: letters and digits), lower case."""
     return tuple(word.lower() for word in re.findall(r"[^\W_]+", text))
 
 
-def _line_coverage(text: str, wanted: list[tuple[str, ...]]) -> int:
+def line_coverage(text: str, wanted: list[tuple[str, ...]]) -> int:
     """How many of the query's words (each a phrase of index words) one line of the text holds, at most."""
     best = 0
     for line in text.split("\n"):
-        words = _words_of(line)
+        words = words_of(line)
         if not words:
             continue
         joined = " " + " ".join(words) + " "

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from .archive import Archive, Archived, archive_path, earlier_archives, is_value
+from .archive import (Archive, Archived, archive_path, earlier_archives, is_value, line_coverage, query_phrases,
+                      words_of)
 from .context import fence_untrusted
 from .context import StepRecord
 from .excerpt import LABELS, SENTENCE_END, excerpt, novelty, prepare_excerpt, same_note, terms, terms_of_lines, units
@@ -32,6 +33,7 @@ MIN_ITEM_TOKENS = 30  # less is no use
 OBJECTIVE_REFRESH = 8  # steps between lookups of what is near the objective
 QUERY_ARG_CHARS = 80  # of a command's argument, in what recall asks about a step (not for code)
 LOOKUP_IDLE_S = 10.0  # the lookup thread (recall's prefetch) ends after this long without work
+WORD_RECALLED = frozenset({"step", "search", "document", "answer"})  # what recall by words brings back
 
 
 @dataclass(frozen=True)
@@ -79,10 +81,11 @@ def label(item: Archived, run: str) -> str:
     return where
 
 
-def adds_to(text: str, known: set[str], shown: str) -> bool:
+def adds_to(text: str, known: set[str], shown: str, asked: frozenset = frozenset()) -> bool:
     """Whether a recalled text adds to the prompt (`known`: its words; `shown`: its text, blanks collapsed): one of
-    its lines that states values (numbers, codes) is not in the prompt already, whole or by all its words; a text
-    that states none, when some of its lines' words are new (what `novelty` weighs, line by line)."""
+    its lines that states values (numbers, codes) is not in the prompt already, whole or by all its words — of the
+    lines that hold words of the question (`asked`), when some do: what it was recalled for is what must be new; a
+    text that states none, when some of its lines' words are new (what `novelty` weighs, line by line)."""
     stating, other_new = [], False
     for unit in (sentence for line in units(text) for sentence in SENTENCE_END.split(MARKS.sub(" ", line))):
         unit = unit.strip()
@@ -95,6 +98,7 @@ def adds_to(text: str, known: set[str], shown: str) -> bool:
             other_new = True
     if not stating:
         return other_new
+    stating = [(unit, found) for unit, found in stating if found & asked] or stating
     return any(" ".join(unit.split()) not in shown and not found <= known for unit, found in stating)
 
 
@@ -207,13 +211,20 @@ class AutoRecall:
         self._shown: dict[str, tuple[int, frozenset]] = {}  # recalled item → the request that last showed it, and
         # the words of the question that found it then
         self.failure = ""  # why the vector store was turned off mid-run, for the run to report
+        self.deferred = False  # the store holds nothing this run could recall: its vectors are kept back
 
     @property
     def objective(self) -> str:
         return self._objective()
 
     def recall(self, steps: list[StepRecord], room: int, shown: str) -> list[Recalled]:
-        if self.store is None or room < MIN_ITEM_TOKENS:
+        """What earns its room in this prompt's tail: from the vector store, or while its vectors are kept back
+        (`deferred`: the store holds nothing this run could recall), this run's steps out of view by their words."""
+        if room < MIN_ITEM_TOKENS:
+            return []
+        if self.deferred:
+            return self._recall_by_words(steps, room, shown)
+        if self.store is None:
             return []
         try:
             return self._recall_from_store(steps, room, shown)
@@ -221,6 +232,27 @@ class AutoRecall:
             self.store = None
             self.failure = f"vector memory disabled for this run: {type(exc).__name__}: {exc}"
             return []
+
+    def _recall_by_words(self, steps: list[StepRecord], room: int, shown: str) -> list[Recalled]:
+        """This run's items out of view that hold, in one line, at least half of the words of what the agent does
+        now (two at least): found by the archive, no model loaded."""
+        archive = self.archive()
+        if archive is None or not steps:
+            return []
+        latest = steps[-1]
+        now = self._now(latest.thought, latest.command, latest.arg)
+        wanted = [words_of(phrase) for phrase in query_phrases(now)]
+        need = max(2, (len(wanted) + 1) // 2)
+        hits = [Hit(found.id, found.text, {"run": found.run, "kind": found.kind, "step": found.step,
+                                           "source": found.source}, 0.0)
+                for found in archive.search(now, RECALL_CANDIDATES)
+                if found.kind in WORD_RECALLED and line_coverage(found.text, wanted) >= need]
+        flat, words = " ".join(shown.split()), terms_of_lines(shown)
+        hits = [hit for hit in hits if not self._item_in_view(hit) and " ".join(hit.text.split()) not in flat
+                and novelty(hit.text, words) >= NOVELTY]
+        self._requests += 1
+        return self._choose(hits, f"{now}\n{self.objective}", steps, room, flat, words, {hit.id for hit in hits},
+                            frozenset(terms(now)))
 
     @property
     def recall_filter(self) -> dict | None:
@@ -267,8 +299,14 @@ class AutoRecall:
             known, asked = {hit.id for hit in near}, frozenset(terms(now))
             hits = sorted(wanted(near) + [hit for hit in hits if hit.id not in known], key=lambda hit: hit.distance)
             query = f"{now}\n{self.objective}"
-        later = [(s.step, note) for s in steps for note in s.notes]  # this run's notes
         self._requests += 1
+        return self._choose(hits, query, steps, room, flat, words, known, asked)
+
+    def _choose(self, hits: list[Hit], query: str, steps: list[StepRecord], room: int, flat: str, words: set[str],
+                known: set[str], asked: frozenset) -> list[Recalled]:
+        """Of the hits, best first, those that earn their room (`known`: found by what the agent does now, whose
+        words are `asked`), each whole or as whole sentences around what matters to `query`."""
+        later = [(s.step, note) for s in steps for note in s.notes]  # this run's notes
         replaced = self._superseded(hits)
         chosen: list[Recalled] = []
         for hit in hits:
@@ -287,7 +325,7 @@ class AutoRecall:
             if share < MIN_ITEM_TOKENS:
                 break
             text = excerpt(hit.text, query, self.counter, share, words)
-            if not text or not adds_to(text, words, flat):
+            if not text or not adds_to(text, words, flat, frozenset(terms(query)) - LABELS):
                 continue  # what it would show the prompt holds already (in view, in the summary or the notes)
             # the label's and the text's counts, both known already (the prompt is counted whole at the end)
             cost = self._label_tokens(label) + self.counter.count(text) + 1

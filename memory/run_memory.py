@@ -132,6 +132,7 @@ class RunMemory:
         self._squeezed: StepRecord | None = None  # the newest step, shown cut in the last prompt
         self.notify = notify
         self._failure = ""  # why the archive was turned off mid-run
+        self._deferred: list[MemoryItem] | None = None  # items kept back from the store (see defer_vectors)
         self.archive = archive
         self.runs_root = runs_root
 
@@ -139,6 +140,24 @@ class RunMemory:
     def store(self) -> VectorMemory | None:
         """The vector store recall searches and the run's items go to (None: off, or turned off by a failure)."""
         return self.recaller.store
+
+    def defer_vectors(self) -> None:
+        """The store holds nothing this run could recall (known without opening it): its items are kept back from it
+        (chromadb and the embedder stay unloaded) and written to its journal at the end, for later runs; meanwhile
+        recall finds this run's steps out of view by their words (the archive). An ingest needs the store: then
+        what was kept back goes to it (`vectors_needed`)."""
+        if self.store is not None:
+            self._deferred = []
+            self.recaller.deferred = True
+
+    def vectors_needed(self) -> None:
+        """The store is needed now (an ingest): what was kept back goes to it, and recall searches it again."""
+        if self._deferred is None:
+            return
+        items, self._deferred = self._deferred, None
+        self.recaller.deferred = False
+        if items:
+            self.remember(*items)
 
     def drop_store(self, why: str = "") -> None:
         """Go on without the vector store (it failed: `why`, reported by `take_failure`)."""
@@ -391,7 +410,9 @@ class RunMemory:
         """Keep items in the archive, whole, at once, and store them for recall by meaning in the background (see
         VectorMemory.add_later)."""
         self.archive_items(items)
-        if self.store is not None:
+        if self._deferred is not None:
+            self._deferred.extend(items)
+        elif self.store is not None:
             try:
                 self.store.add_later(items)
             except Exception as exc:  # chromadb or the embedder failing must not end the run
@@ -416,8 +437,9 @@ class RunMemory:
         """The recall command: what the archive (by words) and the vector store (by meaning) hold for `query`."""
         if self.archive is None:
             return "recall is unavailable: this run's archive could not be written."
-        embedder = self.store.embedder if self.store is not None else None
-        return Recaller(self.archive, self.store, scope=self.scope, workdir=self.workdir, runs_root=self.runs_root,
+        store = None if self._deferred is not None else self.store  # kept back: words alone, no model loaded
+        embedder = store.embedder if store is not None else None
+        return Recaller(self.archive, store, scope=self.scope, workdir=self.workdir, runs_root=self.runs_root,
                         counter=self.counter, where=self.recall_filter,
                         relevant_distance=getattr(embedder, "relevant_distance", 2.0)).answer(query, room)
 
@@ -430,7 +452,14 @@ class RunMemory:
         VectorMemory.finish)."""
         if self.archive is not None:
             self.archive.close()
-        if self.store is not None and wait:
+        if self._deferred and self.store is not None:  # kept back: stored now (wait), or by the next process
+            deferred, self._deferred = self._deferred, []  # that opens the store (the CLI's run ends its process)
+            if wait:
+                self.store.add_later(deferred)
+                self.store.flush()
+            else:
+                self.store.journal(deferred)
+        elif self.store is not None and wait:
             self.store.flush()
         elif self.store is not None:
             self.store.finish()

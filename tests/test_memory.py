@@ -162,8 +162,8 @@ def test_embeddings_can_come_from_the_endpoint(cli, llm, isolated):
     llm.add(act("memorize_thoughts", "The deploy key lives in the blue vault."), act("done", "ok"))
     assert cli("-y", "--embedding-model", "text-embedding-3-small", "Where is the deploy key?",
                env=MEMORY_ON).returncode == 0
-    assert llm.embedding_requests and llm.embedding_requests[0]["model"] == "text-embedding-3-small"
     found = cli("memory", "search", "blue vault", "--json", "--embedding-model", "text-embedding-3-small")
+    assert llm.embedding_requests and llm.embedding_requests[0]["model"] == "text-embedding-3-small"
     assert any("blue vault" in hit["text"] for hit in json.loads(found.stdout))
     local = json.loads(cli("memory", "stats", "--json").stdout)
     assert local["items"] == 0 and local["embedder"] == "minilm-l6-v2"  # separate spaces never mix
