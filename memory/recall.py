@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from .archive import (Archive, Archived, archive_path, earlier_archives, is_value, line_coverage, query_phrases,
-                      words_of)
+from .archive import (Archive, Archived, archive_path, earlier_archives, fact_text, is_value, line_coverage,
+                      query_phrases, words_of)
 from .context import fence_untrusted
 from .context import StepRecord
 from .excerpt import LABELS, SENTENCE_END, excerpt, novelty, prepare_excerpt, same_note, terms, terms_of_lines, units
@@ -234,19 +234,20 @@ class AutoRecall:
             return []
 
     def _recall_by_words(self, steps: list[StepRecord], room: int, shown: str) -> list[Recalled]:
-        """This run's items out of view that hold, in one line, at least half of the words of what the agent does
-        now (two at least): found by the archive, no model loaded."""
+        """This run's items out of view that hold, in one line of their output (not the step's own thought or
+        command), at least a third of the words of what the agent does now (two at least): found by the archive, no
+        model loaded."""
         archive = self.archive()
         if archive is None or not steps:
             return []
         latest = steps[-1]
         now = self._now(latest.thought, latest.command, latest.arg)
         wanted = [words_of(phrase) for phrase in query_phrases(now)]
-        need = max(2, (len(wanted) + 1) // 2)
+        need = max(2, (len(wanted) + 2) // 3)
         hits = [Hit(found.id, found.text, {"run": found.run, "kind": found.kind, "step": found.step,
                                            "source": found.source}, 0.0)
-                for found in archive.search(now, RECALL_CANDIDATES)
-                if found.kind in WORD_RECALLED and line_coverage(found.text, wanted) >= need]
+                for found in archive.search(now, RECALL_CANDIDATES, through=self.view()[0])
+                if found.kind in WORD_RECALLED and line_coverage(fact_text(found.kind, found.text), wanted) >= need]
         flat, words = " ".join(shown.split()), terms_of_lines(shown)
         hits = [hit for hit in hits if not self._item_in_view(hit) and " ".join(hit.text.split()) not in flat
                 and novelty(hit.text, words) >= NOVELTY]
