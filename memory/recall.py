@@ -235,7 +235,7 @@ class AutoRecall:
 
     def _recall_by_words(self, steps: list[StepRecord], room: int, shown: str) -> list[Recalled]:
         """This run's items out of view that hold, in one line of their output (not the step's own thought or
-        command), at least a third of the words of what the agent does now (two at least): found by the archive, no
+        command), at least half of the words of what the agent does now (two at least): found by the archive, no
         model loaded."""
         archive = self.archive()
         if archive is None or not steps:
@@ -243,7 +243,7 @@ class AutoRecall:
         latest = steps[-1]
         now = self._now(latest.thought, latest.command, latest.arg)
         wanted = [words_of(phrase) for phrase in query_phrases(now)]
-        need = max(2, (len(wanted) + 2) // 3)
+        need = max(2, (len(wanted) + 1) // 2)
         hits = [Hit(found.id, found.text, {"run": found.run, "kind": found.kind, "step": found.step,
                                            "source": found.source}, 0.0)
                 for found in archive.search(now, RECALL_CANDIDATES, through=self.view()[0])
