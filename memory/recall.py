@@ -363,6 +363,9 @@ class AutoRecall:
                 found.update(archive.superseded(ids))
             except Exception:  # an earlier run's archive unreadable: its items go unlabelled, as before archives
                 continue
+            finally:
+                if run != self.run_id:  # opened for this question only
+                    archive.close()
         return found
 
     def _earlier_archive(self, run: str) -> Archive | None:

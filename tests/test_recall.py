@@ -224,3 +224,18 @@ def test_recalled_items_carry_their_step_never_repeat_the_prompt_and_never_pass_
                 else [item.text]
             assert any(line and " ".join(line.split()) not in " ".join(rest.split()) for line in shown), item
     store.flush()
+
+
+def test_an_earlier_runs_replaced_fact_is_recalled_only_labelled_superseded(llm, isolated):
+    llm.add(act("execute_shell", "echo 'The door code is RED-1.'", "read the door code"),
+            act("execute_shell", "echo 'The door code is now BLUE-2.'", "read the new door code"), act("done", "ok"))
+    agent_for(llm, isolated, memory_scope="workdir").run("Find the door code")
+    llm.add(act("execute_shell", "echo checking", "I need the door code from the earlier run"), act("done", "BLUE-2"))
+    agent_for(llm, isolated, memory_scope="workdir").run("What is the door code?")
+    trace = (run_dirs(isolated.home)[-1] / "trace.jsonl").read_text().splitlines()
+    items = [item for e in map(json.loads, trace) if e["type"] == "recall" for item in e["items"]]
+    assert any("BLUE-2" in item["text"] for item in items)  # the other run's steps do come back
+    for item in items:
+        assert re.match(r"run \S+, (step \d+|objective)", item["label"]), item["label"]
+        if "RED-1" in item["text"] and "BLUE-2" not in item["text"]:
+            assert "superseded by step 2" in item["label"]
