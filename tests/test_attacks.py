@@ -69,7 +69,7 @@ def test_secrets_reach_no_model_request_file_store_or_terminal(cli, llm, isolate
     assert "[REDACTED]" in seen[3]  # what the agent itself read of it was redacted on the way back
     assert not leaks(json.dumps(llm.requests)), "a secret reached the model"
     for path in directory.iterdir():
-        assert not leaks(path.read_text()), f"a secret reached {path.name}"
+        assert not leaks(path.read_bytes().decode("utf-8", "replace")), f"a secret reached {path.name}"
     assert not leaks(proc.stdout + proc.stderr), "a secret reached the terminal"
     memory = b"".join(p.read_bytes() for p in (isolated.home / "memory").rglob("*") if p.is_file())
     assert not leaks(memory.decode("latin-1")), "a secret reached the vector store"
@@ -319,4 +319,4 @@ def test_search_results_recalled_memories_and_critic_prompts_pass_the_gate_too(l
     assert not leaks(json.dumps(llm.requests)), "a secret reached the model"
     directory = run_dirs(isolated.home)[-1]
     for path in directory.iterdir():
-        assert not leaks(path.read_text()), path.name
+        assert not leaks(path.read_bytes().decode("utf-8", "replace")), path.name  # the archive is SQLite
