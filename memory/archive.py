@@ -113,11 +113,11 @@ class Archive:
                 db.execute("UPDATE items SET superseded_by = (SELECT MAX(by) FROM facts WHERE id = ?) WHERE id = ?",
                            (other, other))
 
-    def search(self, query: str, limit: int = 8) -> list[Archived]:
+    def search(self, query: str, limit: int = 8, through: int | None = None) -> list[Archived]:
         """The items holding the query's words, best first: first those with one line that holds the most of them
         (a step or a note before a summary, which restates them), then those holding all of them close together
         (as written: "RED-1" as one phrase), then all anywhere, then some; within each, by bm25 (rare words weigh
-        more, a short item more than a long one)."""
+        more, a short item more than a long one). `through`: items of that step or before only."""
         phrases = query_phrases(query)
         if not phrases or not self.path.exists():
             return []
@@ -125,23 +125,24 @@ class Archive:
         tiers = ((f"NEAR({' '.join(phrases)}, {NEAR_WORDS})", " AND ".join(phrases), " OR ".join(phrases))
                  if len(phrases) > 1 else (phrases[0],))
         for tier, match in enumerate(tiers):
-            for item in self._match(match, limit * 3):
+            for item in self._match(match, limit * 3, through):
                 found.setdefault(item.id, (tier, item))
             if len(found) >= limit * 3:
                 break
-        wanted = [_words_of(phrase) for phrase in phrases]
+        wanted = [words_of(phrase) for phrase in phrases]
         # a summary restates what steps and notes said: at equal coverage, they come first
-        ranked = sorted(found.values(), key=lambda pair: (-_line_coverage(pair[1].text, wanted),
+        ranked = sorted(found.values(), key=lambda pair: (-line_coverage(pair[1].text, wanted),
                                                           pair[1].kind == "summary", pair[0], pair[1].score))
         return [item for _, item in ranked[:limit]]
 
-    def _match(self, match: str, limit: int) -> list[Archived]:
+    def _match(self, match: str, limit: int, through: int | None = None) -> list[Archived]:
         with self._lock:
             try:
                 rows = self.db.execute(
                     "SELECT items.id, items.kind, items.step, items.text, items.source, items.superseded_by, "
                     "bm25(words) FROM words JOIN items ON items.rowid = words.rowid WHERE words MATCH ? "
-                    "ORDER BY bm25(words) LIMIT ?", (match, limit)).fetchall()
+                    "AND items.step <= ? ORDER BY bm25(words) LIMIT ?",
+                    (match, 2**62 if through is None else through, limit)).fetchall()
             except sqlite3.Error:
                 return []
         return [Archived(row[0], self.run, row[1], row[2], row[3], row[4], row[5], row[6]) for row in rows]
@@ -227,16 +228,16 @@ def query_phrases(query: str) -> list[str]:
     return phrases[:32]
 
 
-def _words_of(text: str) -> tuple[str, ...]:
+def words_of(text: str) -> tuple[str, ...]:
     """Words as the index splits them (unicode61: letters and digits), lower case."""
     return tuple(word.lower() for word in re.findall(r"[^\W_]+", text))
 
 
-def _line_coverage(text: str, wanted: list[tuple[str, ...]]) -> int:
+def line_coverage(text: str, wanted: list[tuple[str, ...]]) -> int:
     """How many of the query's words (each a phrase of index words) one line of the text holds, at most."""
     best = 0
     for line in text.split("\n"):
-        words = _words_of(line)
+        words = words_of(line)
         if not words:
             continue
         joined = " " + " ".join(words) + " "

@@ -61,5 +61,6 @@ class Budget:
 
     @property
     def item_chars(self) -> int:
-        """A cheap character cap on an observation, well above the token cap it is cut to later."""
+        """A cheap character cap on an observation, well above the token cap it is cut to later (so that cut is made
+        by what matters, not by position)."""
         return self.output * CHARS_PER_TOKEN * 2

@@ -182,16 +182,7 @@ def pick(text: str, query: str, counter: TokenCounter, max_tokens: int) -> str:
     if "\n" not in text and len(_sentences(text)) < 2:  # one piece, longer than the room: no whole piece fits
         return ""
     pieces, words, _ = _pieces(text)
-    wanted = {_stem(word) for word in terms(query)}
-    found = [{_stem(word) for word in piece_words} & wanted for piece_words in words]
-    spread: dict[str, int] = {}  # in how many pieces each of the query's words is: a word in every record tells
-    for stems in found:  # little about which record matters
-        for stem in stems:
-            spread[stem] = spread.get(stem, 0) + 1
-    matches = [sum(1 / spread[stem] for stem in stems) for stems in found]
-    best = max(matches)  # a match far weaker than the best (a word in most records) is no anchor of its own
-    anchors = sorted((i for i in range(len(pieces)) if matches[i] and matches[i] >= best / 4),
-                     key=lambda i: (-matches[i], i))
+    anchors = _anchors(words, query)
     if not anchors:
         return excerpt(text, query, counter, max_tokens)
     chosen, gap = set(), counter.count(f"\n{_left_out(1000)}")
@@ -218,6 +209,26 @@ def pick(text: str, query: str, counter: TokenCounter, max_tokens: int) -> str:
     for i in range(len(pieces)):  # room left: the first lines
         if not take(i) and used + gap >= max_tokens:
             break
+    return _joined(pieces, chosen)
+
+
+def _anchors(words: tuple[frozenset, ...], query: str) -> list[int]:
+    """The pieces that match the query, best first: a match is weighed by how rare its words are among the pieces,
+    and one far weaker than the best (a word in most records) is no anchor of its own."""
+    wanted = {_stem(word) for word in terms(query)}
+    found = [{_stem(word) for word in piece_words} & wanted for piece_words in words]
+    spread: dict[str, int] = {}  # in how many pieces each of the query's words is: a word in every record tells
+    for stems in found:  # little about which record matters
+        for stem in stems:
+            spread[stem] = spread.get(stem, 0) + 1
+    matches = [sum(1 / spread[stem] for stem in stems) for stems in found]
+    best = max(matches)
+    return sorted((i for i in range(len(words)) if matches[i] and matches[i] >= best / 4),
+                  key=lambda i: (-matches[i], i))
+
+
+def _joined(pieces: tuple[str, ...], chosen: set[int]) -> str:
+    """The chosen pieces in their order, "… (N lines not shown)" where pieces were left out."""
     lines, last = [], -1
     for i in sorted(chosen):
         if i != last + 1:

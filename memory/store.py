@@ -161,6 +161,14 @@ class VectorMemory:
         os.replace(partial, self._journal / f"{name}.jsonl")
         self._mark(items)
 
+    def journal(self, items: list[MemoryItem]) -> None:
+        """Items for the store, written to its journal (whoever opens the store next stores them): a run that never
+        needed the store does not load it to store them."""
+        if self.url:  # a server has no journal: stored now
+            self.add(items)
+        elif items:
+            self._write_journal(items)
+
     def _ingest_journals(self) -> None:
         """Store the items of every journal, in one write (each journal claimed first by renaming it, so two
         processes opening the store at once do not both store it; a claim whose process died is taken over)."""

@@ -74,8 +74,7 @@ class Run:
                                 run_id=record.run_id, state=state,
                                 workdir=workdir, code_commands=services.commands.code_commands(),
                                 archive=Archive(archive_path(record.dir), record.run_id, workdir, services.redact),
-                                runs_root=record.dir.parent)
-        self.memory.notify = self.ui.progress  # the loop waits for a summary before steps leave the view
+                                runs_root=record.dir.parent, notify=self.ui.progress)
         self.model_view = PromptLog(record.dir, services.redact)  # what the model saw, for show --prompt N
         self.covers: dict = {}  # what the parts of the next agent prompt cover
         self._saving = threading.Lock()  # result.json: one writer at a time (the loop, or the timer of a write put off)
@@ -199,6 +198,8 @@ class Run:
         objective = [] if self.resumed else [self.memory.item("objective", state.objective)]
         if not self.resumed:
             self.recall_first = self.store_might_hold()  # asked before this run stores anything
+            if not self.recall_first:  # nothing to recall by meaning: no model loaded (recall goes by words)
+                self.memory.defer_vectors()
         if self.recall_first and self.memory.store is not None:  # recall needs chromadb and the embedder: they
             # load in a thread while the first prompt is measured (tiktoken loads meanwhile)
             threading.Thread(target=self.memory.store.warm, name="memory-warm", daemon=True).start()
@@ -294,15 +295,9 @@ class Run:
                   if state.criticism else "")
         # a new run's first step recalls only when the store held something for it: else the first request need
         # not wait for chromadb and the embedder to load (the store opens in the background meanwhile)
-        skip_recall, store = number == 1 and not self.recall_first, self.memory.store
-        if skip_recall:
-            self.memory.store = None
-        try:
-            context, folded = self.memory.context(system=self.services.system, steps=state.steps, next_step=number,
-                                                  alerts="\n\n".join(self.alerts), advice=advice)
-        finally:
-            if skip_recall:
-                self.memory.store = store
+        context, folded = self.memory.context(system=self.services.system, steps=state.steps, next_step=number,
+                                              alerts="\n\n".join(self.alerts), advice=advice,
+                                              recall=number > 1 or self.recall_first)
         self.alerts = []
         if folded:
             self.emit(ev.SummaryFolded(step=state.step, text=folded.text, through_step=folded.through_step,
@@ -312,10 +307,10 @@ class Run:
         if self.memory.last_recalled:
             self.emit(ev.Recall(step=number, ids=[item.id for item in self.memory.last_recalled],
                                 items=[item.to_json() for item in self.memory.last_recalled]))
-        if self.memory.failure:
-            self.ui.warn(self.memory.failure)
-            self.emit(ev.Error(step=state.step, text=self.memory.failure))
-            self.memory.failure = ""
+        failure = self.memory.take_failure()
+        if failure:
+            self.ui.warn(failure)
+            self.emit(ev.Error(step=state.step, text=failure))
         self.ui.debug_context(context.messages)
         return context.messages
 
@@ -508,14 +503,13 @@ class Run:
         return self.ask("summarizer", [{"role": "user", "content": prompt}], self.state.step).text
 
     def remember(self, *items) -> None:
-        """Kept in the run's archive; vector memory helps but is not essential: if it fails, the run goes on without
-        it."""
-        try:
-            self.memory.remember(*items)
-        except Exception as exc:  # chromadb or the embedder failing must not end the run
-            self.ui.warn(f"vector memory disabled for this run: {type(exc).__name__}: {exc}")
-            self.emit(ev.Error(step=self.state.step, text=f"vector memory: {exc}"))
-            self.memory.store = None
+        """Kept in the run's archive and the vector store; a store (or archive) that fails is turned off, said, and
+        the run goes on without it."""
+        self.memory.remember(*items)
+        failure = self.memory.take_failure()
+        if failure:
+            self.ui.warn(failure)
+            self.emit(ev.Error(step=self.state.step, text=failure))
 
     def flush_memory(self) -> None:
         """The run's last memories reach the store (or its journal) before it ends (they are written in the

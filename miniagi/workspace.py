@@ -25,6 +25,7 @@ class MemoryShelf:
 
     def forget(self, source: str) -> int:
         self.memory.forget_document(source)
+        self.memory.vectors_needed()
         return self.memory.store.delete({"source": source})
 
     def store(self, source: str, label: str, parts: list[str], start: int, total: int) -> None:
@@ -32,6 +33,7 @@ class MemoryShelf:
         items = [self.memory.document_item(f"{prefix}:{i}", f"{label} [part {i + 1}/{total}]\n{part}", source, i)
                  for i, part in enumerate(parts, start=start)]
         self.memory.archive_items(items)
+        self.memory.vectors_needed()
         self.memory.store.add(items)
 
 

@@ -25,8 +25,10 @@ through the `recall` command (query: "pump in bay K rpm"); exact recall is the s
 the fact whole. Every tenth step's output also says "The door code is now DOOR-K." (a value a later step replaces),
 and the summarizer keeps to the words it is told (the newest facts first, then a line saying what it moved out).
 Automatic recall is measured item by item: a duplicate shows a fact or note the request holds elsewhere already; a
-stale item shows a door code a later step replaced, unlabelled. --price measures memory on against memory off over
-the same 30 steps: the run's CPU time and peak RSS (os.wait4 on the child process).
+stale item shows a door code a later step replaced, unlabelled. --warm measures a second run of the scenario in the
+same home, whose recall searches the store's vectors (a first run in a new home recalls by words). --price measures
+memory on against memory off over the same 30 steps: the run's CPU time and peak RSS (os.wait4 on the child
+process).
 
     python scripts/bench_long.py                               # budgets 3000 and 8000, the tags protocol
     python scripts/bench_long.py --steps 300 --protocols tags,json
@@ -213,7 +215,7 @@ def faithful_summary(request: dict) -> str:
 
 
 def measure(budget: int, protocol: str, package_root: Path, shape: str = "prose", size: int = 0,
-            memory: str = "global") -> dict:
+            memory: str = "global", warm: bool = False) -> dict:
     agent_requests: list[dict] = []
 
     def respond(request):
@@ -232,6 +234,11 @@ def measure(budget: int, protocol: str, package_root: Path, shape: str = "prose"
                    MINIAGI_MAX_CONTEXT_TOKENS=str(budget), MINIAGI_MAX_STEPS=str(STEPS + len(ASKED) + 5),
                    MINIAGI_MAX_COST="0", MINIAGI_MAX_CALLS=str(10 * (STEPS + len(ASKED))), MINIAGI_PROTOCOL=protocol,
                    MINIAGI_MEMORY_SCOPE=memory, PYTHONPATH=str(package_root))
+        if warm:  # the same run once before, in the same home: this one recalls from a store that holds it
+            subprocess.run([sys.executable, "-m", "miniagi", "-y", "--unattended", OBJECTIVE], cwd=work, env=env,
+                           capture_output=True, check=True)
+            agent_requests.clear()
+            llm.requests.clear()
         with open(Path(tmp) / "stderr", "w+") as stderr:
             child = subprocess.Popen([sys.executable, "-m", "miniagi", "-y", "--unattended", OBJECTIVE], cwd=work,
                                      env=env, stdout=subprocess.DEVNULL, stderr=stderr, stdin=subprocess.DEVNULL)
@@ -379,6 +386,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=STEPS, help=f"steps of reading (default {STEPS})")
     parser.add_argument("--ask", type=int, default=60,
                         help="with --steps: facts asked for through recall at the end, spread over the run (60)")
+    parser.add_argument("--warm", action="store_true",
+                        help="measure a second run of the scenario in the same home (recall from the store's vectors)")
     parser.add_argument("--price", action="store_true",
                         help="memory on vs off over the same 30 steps: the run's CPU time and peak RSS")
     args = parser.parse_args()
@@ -404,7 +413,7 @@ def main() -> None:
                 print(f"budget {budget:,}, protocol {protocol}:", flush=True)
                 for shape in shapes:
                     for label, root in versions:
-                        f = measure(budget, protocol, root, shape, args.size)
+                        f = measure(budget, protocol, root, shape, args.size, warm=args.warm)
                         if len(shapes) == 1 and shape == "prose":
                             report(label, f)
                         else:

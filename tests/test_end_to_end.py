@@ -10,6 +10,8 @@ import subprocess
 import sys
 import time
 
+from memory.budget import Budget
+
 from .conftest import MEMORY_ON, act, run_dirs
 from .fake_llm import Fail, Hang
 
@@ -224,7 +226,8 @@ def test_a_10_mb_print_is_capped_before_it_reaches_the_context(cli, llm, isolate
     assert proc.returncode == 0, proc.stderr
     directory, _, trace = load_run(isolated.home)
     seen = observations(trace)[1]
-    assert len(seen) < 20_000 and "cut" in seen and seen.rstrip().endswith("END")
+    # capped to characters (twice those of the room one output has at 6,000 tokens) long before 10 MB
+    assert len(seen) < Budget(context=6000).item_chars + 200 and "cut" in seen and seen.rstrip().endswith("END")
     assert (directory / "trace.jsonl").stat().st_size < 200_000
     second_prompt = json.dumps(llm.agent_requests()[1]["messages"])
     assert len(second_prompt) < 6000 * 4

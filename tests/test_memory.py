@@ -162,8 +162,8 @@ def test_embeddings_can_come_from_the_endpoint(cli, llm, isolated):
     llm.add(act("memorize_thoughts", "The deploy key lives in the blue vault."), act("done", "ok"))
     assert cli("-y", "--embedding-model", "text-embedding-3-small", "Where is the deploy key?",
                env=MEMORY_ON).returncode == 0
-    assert llm.embedding_requests and llm.embedding_requests[0]["model"] == "text-embedding-3-small"
     found = cli("memory", "search", "blue vault", "--json", "--embedding-model", "text-embedding-3-small")
+    assert llm.embedding_requests and llm.embedding_requests[0]["model"] == "text-embedding-3-small"
     assert any("blue vault" in hit["text"] for hit in json.loads(found.stdout))
     local = json.loads(cli("memory", "stats", "--json").stdout)
     assert local["items"] == 0 and local["embedder"] == "minilm-l6-v2"  # separate spaces never mix
@@ -220,7 +220,8 @@ def test_a_summary_over_its_cap_is_condensed_never_cut_and_says_what_moved_out(i
     summarizer that ignores that too has its newest lines kept and a first line saying what moved out and how to get
     it back (recall: the steps are whole in the archive), never a text cut in the middle."""
     from memory.context import ContextBuilder, StepRecord
-    from memory.run_memory import MOVED_OUT, RunMemory
+    from memory.run_memory import RunMemory
+    from memory.summarizer import MOVED_OUT
 
     prompts = []
 
@@ -467,7 +468,7 @@ def test_the_next_recall_is_looked_up_while_the_reply_still_streams_in(llm, isol
 def _drained(memory) -> None:
     """Wait until the lookup thread has done what it was given."""
     done = threading.Event()
-    memory._lookup(done.set)
+    memory.recaller._lookup(done.set)
     assert done.wait(60)
 
 

@@ -229,6 +229,8 @@ def test_the_memory_page_stores_no_journal(cli, llm, isolated, ui_process):
 
     llm.add(act("memorize_thoughts", "The rocket is painted PURPLE."), act("done", "noted"))
     assert cli("-y", "remember the rocket", env=MEMORY_ON, process=True).returncode == 0
+    # a first run in a new home journals its items (no model loaded for it); a memory command stores them
+    assert cli("memory", "stats", env=MEMORY_ON).returncode == 0
     (run,) = run_dirs(isolated.home)
     journal = isolated.home / "memory" / "journal"
     journal.mkdir(exist_ok=True)

@@ -114,6 +114,7 @@ def test_the_batch_and_memory_pages(cli, llm, isolated, ui, tmp_path):
     from miniagi.batch_report import register_batch
 
     make_run(cli, llm, env=MEMORY_ON)
+    cli("memory", "stats", env=MEMORY_ON)  # a first run in a new home journals its items; a memory command stores them
     (run,) = run_dirs(isolated.home)
     results = tmp_path / "jobs-jsonl-results" / "results.jsonl"
     results.parent.mkdir()
