@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from memory.budget import Budget
+
 from .conftest import act, run_dirs
 from .fake_llm import Calls
 
@@ -190,6 +192,9 @@ def test_a_result_is_bounded_and_redacted_and_the_server_stops_with_the_run(cli,
     key = "sk-test-key-123456"  # the endpoint's key (the cli fixture's): a secret wherever it appears
     llm.add(act("probe__secret", "{}"), act("probe__big", '{"lines": 50000}'),
             act("execute_python", "print(probe__secret())"), act("done", "ok"))
+    # the big result is shown as whole as the prompt has room for: the summary it then needs comes from here
+    llm.responder = lambda request: ("The probe told a secret and printed a long result." if "running summary" in
+                                     str(request["messages"][0].get("content")) else None)
     proc = cli("-y", "--mcp-config", probe_config(tmp_path, PROBE_SECRET=key), "Tell the secret")
     assert proc.returncode == 0, proc.stderr
     seen = observations(trace_for(isolated.home, "Tell the secret"))
@@ -202,7 +207,8 @@ def test_a_result_is_bounded_and_redacted_and_the_server_stops_with_the_run(cli,
     assert cli("-y", "--mcp-config", probe_config(tmp_path, PROBE_SECRET=own), "Again").returncode == 0
     assert "the secret is [REDACTED]" in observations(trace_for(isolated.home, "Again"))[1]
     assert own not in json.dumps(llm.agent_requests())
-    assert "line 0 of the long result" in seen[2] and len(seen[2]) < 20_000  # 1.5 MB of text, bounded
+    # 1.5 MB of text, bounded: capped to characters (twice those of the room one output has) long before the model
+    assert "line 0 of the long result" in seen[2] and len(seen[2]) < Budget().item_chars + 1000
     assert not running(PROBE)
 
 
