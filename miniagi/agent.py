@@ -218,9 +218,8 @@ class Agent:
 
     def step_record(self, number: int, thought: str, command: str, arg: str, observation: str,
                     raw_reply: str = "", notes: tuple = (), args: dict | None = None) -> StepRecord:
-        """A step as the context shows it: the thought and argument within the per-item budget (the arguments' texts
-        sharing it), the output within the room a prompt has for one (Budget.output); an output over it is cut to
-        what matters to the step's thought and argument, not by position."""
+        """A step as the context shows it: every part within the per-item budget (the arguments' texts sharing
+        it); an output over it is cut to what matters to the step's thought and argument, not by position."""
         limit = self.budget.item
         if args is not None:
             texts = [v for v in args.values() if isinstance(v, str)]
@@ -228,7 +227,7 @@ class Agent:
             args = {k: truncate_middle(v, self.counter, share) if isinstance(v, str) else v for k, v in args.items()}
         return StepRecord(number, truncate_middle(thought, self.counter, limit), command,
                           truncate_middle(arg, self.counter, limit),
-                          cut_around(observation, f"{thought} {arg}", self.counter, self.budget.output),
+                          cut_around(observation, f"{thought} {arg}", self.counter, limit),
                           raw_reply=truncate_middle(raw_reply, self.counter, limit), notes=notes, args=args)
 
 

@@ -237,7 +237,8 @@ def test_a_snippet_cannot_swap_what_the_agent_reads_for_its_output(cli, llm, iso
     assert all(seen[step].startswith("stdout is") and seen[step].split("\n")[0].endswith("(deleted)")
                for step in (1, 3, 5)), seen
     assert all(seen[step].startswith("still talking") for step in (2, 4, 6)), seen
-    everything = json.dumps(llm.requests) + "".join(p.read_text() for p in run_dirs(isolated.home)[-1].iterdir())
+    everything = json.dumps(llm.requests) + "".join(p.read_bytes().decode("utf-8", "replace")  # the archive: SQLite
+                                                    for p in run_dirs(isolated.home)[-1].iterdir())
     assert "plain-redis-8812" not in everything + proc.stdout + proc.stderr
 
 
