@@ -342,12 +342,17 @@ def user_dotenv_path() -> Path:
     return Path(Settings.home).expanduser() / ".env"
 
 
-def read_settings_files() -> dict[str, str]:
-    """What the settings files give: ./.env over ~/.miniagi/.env (both under the environment and the options)."""
+def read_user_dotenv() -> dict[str, str]:
+    """~/.miniagi/.env, the user's own settings (`miniagi setup`), as this process first read it."""
     user = str(user_dotenv_path().absolute())
     if user not in _dotenv_read:
         _dotenv_read[user] = _parse_dotenv(user) if os.path.isfile(user) else ()
-    return {**dict(_dotenv_read[user]), **read_dotenv()}
+    return dict(_dotenv_read[user])
+
+
+def read_settings_files() -> dict[str, str]:
+    """What the settings files give: ./.env over ~/.miniagi/.env (both under the environment and the options)."""
+    return {**read_user_dotenv(), **read_dotenv()}
 
 
 def forget_dotenv() -> None:

@@ -16,6 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from miniagi.config import forget_dotenv
+
 from . import test_ui
 from .conftest import act, run_dirs
 from .fake_llm import Hang, Stream
@@ -335,6 +337,17 @@ def test_a_run_that_cannot_start_says_why(isolated, llm, bench):
     assert refused.status_code == 409 and "OPENAI_API_KEY" in refused.text and "miniagi setup" in refused.text
     assert ">anything at all</textarea>" in refused.text and 'value="--yes"' in refused.text
     assert not bench.app.workbench.sessions
+    # the user's own settings (`miniagi setup` writes them) are an endpoint to the page as they are to a run
+    user_dotenv = Path(os.environ["HOME"]) / ".miniagi" / ".env"
+    user_dotenv.parent.mkdir(parents=True, exist_ok=True)
+    user_dotenv.write_text(f"OPENAI_BASE_URL={llm.url}\nMINIAGI_MODEL=set-up-model\n")
+    forget_dotenv()
+    try:
+        page = bench.client.get(bench + "/").text
+        assert "miniagi setup" not in page and "set-up-model" in page
+    finally:
+        user_dotenv.unlink()
+        forget_dotenv()
     # a run whose process cannot start says why on its session's page
     bench.app.workbench.environ = {**env_less, "MINIAGI_MAX_STEPS": "many"}
     started = bench.client.post(bench + "/start", data=form, headers={"Origin": bench}, follow_redirects=False)

@@ -3,7 +3,7 @@ if not, how to fix it: `miniagi setup`), the model a run would use, and the mode
 asked once, in the background, so no page waits for it).
 
 It reads the settings as a run started in the work directory would: the UI's environment over that folder's .env
-over the defaults. The key itself is never put on a page.
+over the user's own ~/.miniagi/.env (`miniagi setup`) over the defaults. The key itself is never put on a page.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from typing import Mapping
 
-from ..config import OPTIONS_BY_NAME, ConfigError, Endpoint, _from_layer, read_dotenv
+from ..config import OPTIONS_BY_NAME, ConfigError, Endpoint, _from_layer, read_dotenv, read_user_dotenv
 from .workbench import Workbench
 
 MODELS_SHOWN = 200  # of the names an endpoint lists, offered in the form
@@ -25,7 +25,7 @@ class EndpointView:
         self._lock = threading.Lock()
 
     def _layers(self) -> tuple[Mapping[str, str], dict[str, str]]:
-        return self.bench.environ, read_dotenv(self.bench.workdirs[0])
+        return self.bench.environ, {**read_user_dotenv(), **read_dotenv(self.bench.workdirs[0])}
 
     def endpoint(self) -> Endpoint:
         environ, dotenv = self._layers()
