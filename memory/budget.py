@@ -11,6 +11,7 @@ ALERTS_SHARE = 0.10  # … for warnings and criticism
 SUMMARY_SHARE = 0.15  # … for the rolling summary of folded steps
 RECALL_SHARE = 0.08  # … for the memories recalled for one step (in that prompt's tail only)
 SUMMARIZER_HEADROOM = 800  # of a summarizer call's context: its instruction and its reply
+OUTPUT_SHARE = 0.6  # of the context, at most, for the newest output shown whole (it follows the room, not the item cap)
 CHARS_PER_TOKEN = 4  # for cheap character caps that stay above a token cap
 
 
@@ -52,6 +53,14 @@ class Budget:
         return min(800, self.item)
 
     @property
+    def output(self) -> int:
+        """One output (an observation) as a step keeps it: whole up to the room a prompt has for it (the item limit
+        holds the thought and the argument; an output that fits the room is not cut to it). The context shows it cut
+        only when the prompt, once older steps have left, still has no room for it."""
+        return max(self.item, int(self.context * OUTPUT_SHARE))
+
+    @property
     def item_chars(self) -> int:
-        """A cheap character cap on an observation, well above the token cap it is cut to later."""
-        return self.item * CHARS_PER_TOKEN * 2
+        """A cheap character cap on an observation, well above the token cap it is cut to later (so that cut is made
+        by what matters, not by position)."""
+        return self.output * CHARS_PER_TOKEN * 2

@@ -242,16 +242,18 @@ class Agent:
 
     def step_record(self, number: int, thought: str, command: str, arg: str, observation: str,
                     raw_reply: str = "", notes: tuple = (), args: dict | None = None) -> StepRecord:
-        """A step as the context shows it: every part within the per-item budget (the arguments' texts sharing
-        it); an output over it is cut to what matters to the step's thought and argument, not by position."""
-        counter, limit = self.services.counter, self.services.budget.item
+        """A step as the context shows it: the thought and argument within the per-item budget (the arguments' texts
+        sharing it), the output within the room a prompt has for one (Budget.output); an output over it is cut to
+        what matters to the step's thought and argument, not by position."""
+        counter, budget = self.services.counter, self.services.budget
+        limit = budget.item
         if args is not None:
             texts = [v for v in args.values() if isinstance(v, str)]
             share = max(20, limit // max(1, len(texts)))
             args = {k: truncate_middle(v, counter, share) if isinstance(v, str) else v for k, v in args.items()}
         return StepRecord(number, truncate_middle(thought, counter, limit), command,
                           truncate_middle(arg, counter, limit),
-                          cut_around(observation, f"{thought} {arg}", counter, limit),
+                          cut_around(observation, f"{thought} {arg}", counter, budget.output),
                           raw_reply=truncate_middle(raw_reply, counter, limit), notes=notes, args=args)
 
 

@@ -580,3 +580,16 @@ def test_result_json_follows_a_fast_run_at_most_half_a_second_behind(llm, isolat
     final = json.loads((run_dirs(isolated.home)[0] / "result.json").read_text())
     assert final["status"] == "done" and final["steps"] == 3
 
+
+def test_the_newest_output_is_whole_when_the_prompt_has_room_whatever_the_item_limit(cli, llm, isolated):
+    """`cat` of a 160-line package (~3,000 tokens) with the prompt at a fraction of its 8,000: shown whole, though
+    over --max-memory-item-tokens (1,500); the archive keeps it whole too."""
+    lines = [f"def handler_{i}(request):  # bug {i} hides here" if i in (17, 88, 151) else
+             f"def handler_{i}(request): return respond(request, code={200 + i})" for i in range(160)]
+    (isolated.work / "package.py").write_text("\n".join(lines) + "\n")
+    llm.add(act("execute_shell", "cat package.py", "read the whole package"), act("done", "three bugs"))
+    proc = cli("-y", "Find the bugs in package.py")
+    assert proc.returncode == 0, proc.stderr
+    shown = llm.agent_requests()[1]["messages"][-1]["content"]
+    assert COUNTER.count("\n".join(lines)) > 1500
+    assert all(line in shown for line in lines) and "to see the rest" not in shown
