@@ -258,8 +258,9 @@ class VectorMemory:
                 marker.touch()
 
     def embed_one(self, text: str):
-        """The vector of a key or query (cut to KEY_CHARS)."""
-        return self.embedder.embed([text[:KEY_CHARS]])[0]
+        """The vector of a key or query (cut to KEY_CHARS), through the secret gate first: a query is made of the
+        objective and the model's thought, and an endpoint's embedder is a request like any other."""
+        return self.embedder.embed([self.redact(text)[:KEY_CHARS]])[0]
 
     def add_later(self, items: Iterable[MemoryItem], vectors: list | None = None) -> None:
         """Queue items (with their vectors, when already known) for the background writer; raises the writer's

@@ -319,3 +319,20 @@ def test_search_results_recalled_memories_and_critic_prompts_pass_the_gate_too(l
     directory = run_dirs(isolated.home)[-1]
     for path in (p for p in directory.rglob("*") if p.is_file()):
         assert not leaks(path.read_bytes().decode("latin-1")), path.name
+
+
+def test_no_secret_reaches_the_embedder_in_a_recall_query(cli, llm, isolated):
+    """Recall's queries are made of the objective and the model's thoughts: they cross the secret gate before an
+    endpoint's embedder sees them, as the items stored do."""
+    llm.add(act("memorize_thoughts", "the pump in bay 3 runs at 4111 rpm"), act("done", "noted"))
+    assert cli("-y", "--embedding-model", "fake-embed", "Note the pump speed", env=MEMORY_ON).returncode == 0
+    secret = SECRETS["STRIPE_LIVE"]
+    llm.add(act("execute_shell", "echo checking", f"the pump and the key {secret} again"),
+            act("memorize_thoughts", f"the key is {secret}", f"keep {secret}"), act("done", "ok"))
+    before = len(llm.embedding_requests)
+    proc = cli("-y", "--embedding-model", "fake-embed", f"What runs in bay 3? my key is {secret}",
+               env={**SECRETS, **MEMORY_ON})
+    assert proc.returncode == 0, proc.stderr
+    queried = json.dumps(llm.embedding_requests[before:])
+    assert "pump" in queried, "no recall query reached the embedder"
+    assert not leaks(queried), "a secret reached the embedder"
