@@ -234,7 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
                                "files are named, not shown). Needs the run's checkpoints (on by default).")
     diff.add_argument("run_id", help="the run's id, a unique prefix of it, or last (the newest run)")
     diff.add_argument("--step", type=int, default=None, metavar="N", help="only what step N changed")
-    diff.add_argument("--home", default=None, help="where runs live [MINIAGI_HOME]")
+    _add_options(diff, "home")
 
     undo = commands.add_parser("undo", help=COMMAND_HELP["undo"], description=COMMAND_HELP["undo"] + ", byte for "
                                "byte, modes included: files it modified restored, files it made removed, files and "
@@ -245,7 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     undo.add_argument("--to-step", type=int, default=None, metavar="N", help="back to the files as they were after "
                       "step N (default: before the run)")
     undo.add_argument("-y", "--yes", action="store_true", help="undo without asking")
-    undo.add_argument("--home", default=None, help="where runs live [MINIAGI_HOME]")
+    _add_options(undo, "home")
 
     memory = commands.add_parser("memory", help=COMMAND_HELP["memory"], description=COMMAND_HELP["memory"])
     memory.add_argument("action", choices=("search", "stats", "clear"))

@@ -336,10 +336,16 @@ def read_dotenv(directory: Path | None = None) -> dict[str, str]:
     return dict(_dotenv_read[path])
 
 
+def user_home() -> Path:
+    """~/.miniagi, resolved: the user's own folder (the trust record, the user's settings), out of executed code's
+    reach always (the sandbox hides it whatever the run's home)."""
+    return Path(os.path.realpath(os.path.expanduser(Settings.home)))
+
+
 def user_dotenv_path() -> Path:
     """The user's own settings (written by `miniagi setup`): in the default home, whatever --home says, where
     executed code never reaches (see docs/security.md)."""
-    return Path(Settings.home).expanduser() / ".env"
+    return user_home() / ".env"
 
 
 def read_user_dotenv() -> dict[str, str]:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from .redaction import redact_data
 from .run_store import open_regular
+from .text import json_lines
 
 FILE = "prompts.jsonl"
 MAX_BYTES = 256 * 2**20  # a larger file is not read (a run's own folder; code may have written there)
@@ -99,11 +100,7 @@ def read_prompts(folder: Path, step: int | None = None) -> list[Prompt]:
     except OSError:
         return []
     with handle:
-        for line in handle:
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                continue  # a line torn by a crash
+        for entry in json_lines(handle):  # a line torn by a crash is skipped
             if not isinstance(entry, dict):
                 continue
             if "message" in entry:

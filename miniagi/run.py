@@ -307,10 +307,7 @@ class Run:
         if self.memory.last_recalled:
             self.emit(ev.Recall(step=number, ids=[item.id for item in self.memory.last_recalled],
                                 items=[item.to_json() for item in self.memory.last_recalled]))
-        failure = self.memory.take_failure()
-        if failure:
-            self.ui.warn(failure)
-            self.emit(ev.Error(step=state.step, text=failure))
+        self.say_memory_failure()
         self.ui.debug_context(context.messages)
         return context.messages
 
@@ -506,6 +503,10 @@ class Run:
         """Kept in the run's archive and the vector store; a store (or archive) that fails is turned off, said, and
         the run goes on without it."""
         self.memory.remember(*items)
+        self.say_memory_failure()
+
+    def say_memory_failure(self) -> None:
+        """A store or archive the memory turned off (it goes on without it): said once, and recorded."""
         failure = self.memory.take_failure()
         if failure:
             self.ui.warn(failure)

@@ -29,7 +29,7 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Mapping
 
-from .config import OPTIONS_BY_NAME, ConfigError, Settings, _from_layer, read_dotenv
+from .config import OPTIONS_BY_NAME, ConfigError, Settings, _from_layer, read_dotenv, user_home
 
 ENDPOINT_NAMES = ("OPENAI_BASE_URL", "OPENAI_API_BASE", "OPENAI_API_KEY")  # where requests go, with which key
 # where data goes, what executed code sees or may reach, whether a person approves, where runs are kept
@@ -77,14 +77,6 @@ def sensitive_values(dotenv: Mapping[str, str], environ: Mapping[str, str], sett
         if taken:  # (an option given on the command line would differ: then the .env's value is not used)
             used.update({env: dotenv[env] for env in present})
     return used
-
-
-USER_HOME = Settings.home  # the user's own folder (~/.miniagi): the trust record, the user's settings
-
-
-def user_home() -> Path:
-    """~/.miniagi, resolved: out of executed code's reach always (the sandbox hides it whatever the run's home)."""
-    return Path(os.path.realpath(os.path.expanduser(USER_HOME)))
 
 
 def own_path(path) -> Path:

@@ -18,8 +18,7 @@ from .shell import run_shell
 def users_own_folder(workdir: Path) -> Path:
     """~/.miniagi, made if missing so that the sandbox can lay an empty folder over it (a path that does not exist
     cannot be hidden, and code could make it). A work directory inside it is refused: code would write there."""
-    from ..config import ConfigError
-    from ..trust import user_home
+    from ..config import ConfigError, user_home
 
     folder = user_home()
     if os.path.realpath(workdir) == str(folder) or os.path.realpath(workdir).startswith(str(folder) + os.sep):

@@ -330,7 +330,7 @@ def opening_page(url: str) -> Path:
     import os
     import secrets
 
-    from ..trust import user_home
+    from ..config import user_home
 
     folder = user_home()
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
