@@ -150,10 +150,18 @@ class Recaller:
                 archived = Archived(hit.id, hit.run, hit.kind, hit.step, hit.text, hit.metadata.get("source", ""))
             ranks[hit.id] = ranks.get(hit.id, 0.0) + 1 / (FUSION_K + rank)
             items[hit.id] = archived
-        # this run's objective is always in view: found, it would only crowd out what is not
-        best = sorted((i for i in items if not (items[i].kind == "objective" and items[i].run == self.archive.run)),
+        best = sorted((i for i in items if self._worth_showing(items[i], items.values())),
                       key=lambda item_id: -ranks[item_id])[:limit]
         return [Found(items[i], label(items[i], self.archive.run), ranks[i]) for i in best]
+
+    def _worth_showing(self, item: Archived, found) -> bool:
+        """Not what the prompt holds already, nor a restatement of what is found: this run's objective and summaries
+        (the newest is in view; an older one restates steps the archive keeps whole), and an earlier run's summary
+        older than another of that run found beside it."""
+        if item.run == self.archive.run:
+            return item.kind not in ("objective", "summary")
+        return item.kind != "summary" or not any(other.kind == "summary" and other.run == item.run
+                                                 and other.step > item.step for other in found)
 
     def _meaning(self, query: str, limit: int) -> list:
         store = self.store

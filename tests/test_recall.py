@@ -239,3 +239,23 @@ def test_an_earlier_runs_replaced_fact_is_recalled_only_labelled_superseded(llm,
         assert re.match(r"run \S+, (step \d+|objective)", item["label"]), item["label"]
         if "RED-1" in item["text"] and "BLUE-2" not in item["text"]:
             assert "superseded by step 2" in item["label"]
+
+
+def test_recall_shows_no_summary_that_restates_what_it_found_or_what_the_prompt_holds(tmp_path):
+    """Each fold archives a summary: this run's newest is in the prompt and the older ones restate steps the archive
+    keeps whole, so the command shows the steps; an earlier run's summaries, only its newest."""
+    from memory.recall import Recaller
+
+    earlier = Archive(tmp_path / "runs" / "r1" / "archive.sqlite", "r1", "/work")
+    earlier.add([(f"r1-summary-{n}", "summary", n, f"Facts so far: fact 2 code ZX-2-ab, up to fact {n}.", "")
+                 for n in (7, 14, 21)])
+    earlier.close()
+    archive = Archive(tmp_path / "runs" / "r2" / "archive.sqlite", "r2", "/work")
+    archive.add([("r2-step-2", "step", 2, "fact 2: code ZX-2-ab", ""),
+                 *[(f"r2-summary-{n}", "summary", n, f"Latest: fact 2 code ZX-2-ab and fact {n}.", "")
+                   for n in (7, 14, 21, 28)]])
+    recaller = Recaller(archive, None, scope="workdir", workdir="/work", runs_root=tmp_path / "runs",
+                        counter=counter_for("gpt-4o-mini"))
+    shown = recaller.answer("fact 2 code ZX-2-ab", 2000)
+    assert "[step 2]" in shown and "Latest:" not in shown, shown
+    assert shown.count("Facts so far:") == 1 and "up to fact 21" in shown, shown
