@@ -513,7 +513,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 def cmd_undo(args: argparse.Namespace) -> int:
     from .checkpoints.history import undo
 
-    return undo(_store(args).open(args.run_id), args.to_step, yes=args.yes)
+    return undo(_store(args, checked=True).open(args.run_id), args.to_step, yes=args.yes)
 
 
 class MemoryUnavailable(Exception):
@@ -619,6 +619,7 @@ def cmd_tools(args: argparse.Namespace) -> int:
     from .terminal import Terminal, visible, visible_json
 
     settings = resolve_settings({"mcp_config": args.mcp_config, "workdir": args.workdir, "home": args.home})
+    check_dotenv(settings)  # its servers may come from ./.env (MINIAGI_MCP_CONFIG)
     ui = Terminal(interactive=sys.stdin is not None and sys.stdin.isatty())
     ui.redact = Redactor(os.environ, read_settings_files())
     mcp = McpTools.configured(settings, ui)
@@ -681,10 +682,15 @@ def cmd_ui(args: argparse.Namespace) -> int:
     return 0
 
 
-def _store(args: argparse.Namespace):
+def _store(args: argparse.Namespace, checked: bool = False):
+    """The runs under the home the settings name; `checked`: for a command that changes or starts something (undo),
+    the home taken from ./.env only after the .env check a run makes."""
     from .run_store import RunStore
 
-    return RunStore(resolve_settings({"home": args.home}).home_path)
+    settings = resolve_settings({"home": args.home})
+    if checked:
+        check_dotenv(settings)
+    return RunStore(settings.home_path)
 
 
 # a home that cannot be used is a configuration problem; anything else that fails to write is the disk
