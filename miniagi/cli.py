@@ -118,16 +118,19 @@ MAIN_RUN_OPTIONS = ("model", "yes", "max_steps", "max_cost", "workdir", "protoco
 
 
 def _main_options() -> str:
+    """The main run options for the top-level help, wrapped to the terminal (as argparse wraps its own parts)."""
+    import shutil
     import textwrap
 
-
-    lines = []
+    width = min(100, max(60, shutil.get_terminal_size().columns - 2))
+    lines = textwrap.wrap("main run options (`miniagi run --help` lists them all, each also an environment "
+                          "variable):", width)
     for name in MAIN_RUN_OPTIONS:
         option = OPTIONS_BY_NAME[name]
         flags = ", ".join(option.flags) + (f" {option.metavar}" if option.metavar and not option.boolean else "")
         default = f" (default: {option.default_text})" if option.default_text and not option.boolean else ""
-        lines.append(textwrap.fill(f"{option.help}{default}", 100, initial_indent=f"  {flags:<24}",
-                                   subsequent_indent=" " * 26))
+        lines.append(textwrap.fill(f"{option.help}{default}", width, initial_indent=f"  {flags:<24}",
+                                   subsequent_indent=" " * 26, break_on_hyphens=False))
     return "\n".join(lines)
 
 
@@ -136,8 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="miniagi",
         usage='miniagi [OPTIONS] "OBJECTIVE"  |  miniagi COMMAND ...',
         description="An autonomous agent: give it an objective, it works in short steps until done.",
-        epilog="main run options (`miniagi run --help` lists them all, each also an environment variable):\n"
-               + _main_options() + '\n\nexamples:\n  miniagi setup      (first: the model endpoint, key and model)\n'
+        epilog=_main_options() + '\n\nexamples:\n  miniagi setup      (first: the model endpoint, key and model)\n'
                '  miniagi -y -m gpt-4o "Find the largest file in this folder"\n'
                "  miniagi runs      miniagi show last      miniagi resume last      miniagi chat",
         formatter_class=argparse.RawDescriptionHelpFormatter,

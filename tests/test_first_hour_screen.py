@@ -175,3 +175,14 @@ def test_the_time_servers_json_result_is_shown_whole(narrow, terminal, llm, tmp_
     assert "UNTRUSTED" not in shown
     assert re.search(r'\n    \{\n\s+"timezone": "Europe/Paris",\n\s+"datetime": "\d{4}-', shown), shown
     assert re.search(r'\n\s+"is_dst": (true|false)\n    \}\n', shown), shown
+
+
+def test_the_help_fits_an_80_column_terminal_without_a_word_broken(narrow, terminal):
+    screen = terminal("--help")
+    assert screen.finish() == 0
+    shown = [line for line in screen.text().split("\n") if line.strip()]
+    # the emulator wraps what is too long at column 80: a line that fills the row and goes on broke at the edge
+    assert all(len(line) < 80 or not shown[i + 1:i + 2] or shown[i + 1].startswith(" ")
+               for i, line in enumerate(shown)), "\n".join(shown)
+    text = " ".join(line.strip() for line in shown)
+    assert "main run options" in text and "--max-cost USD" in text and "--protocol P" in text

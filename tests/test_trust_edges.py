@@ -306,3 +306,19 @@ def test_a_dotenv_code_wrote_in_a_folder_of_its_work_directory_is_not_trusted_as
     (fresh / ".env").write_text("MINIAGI_MAX_STEPS=7\n")
     llm.add(act("done", "fine"))
     assert cli("-y", "fresh", process=True, cwd=fresh).returncode == 0
+
+
+# --- modules code planted in the work directory ---------------------------------------------------------------------
+def test_python_m_miniagi_in_a_work_directory_does_not_import_modules_planted_there(cli, llm, isolated):
+    """Code the agent ran can write `memory/` or `json.py` into its work directory; started as `python -m miniagi`
+    there, Python puts that directory first on sys.path, and they would run as the user, outside the sandbox."""
+    marker = isolated.work / "planted-ran"
+    for planted in ("memory/__init__.py", "json.py", "rich/__init__.py"):
+        path = isolated.work / planted
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(f"open({str(marker)!r}, 'a').write({planted!r})\nraise SystemExit('planted {planted} ran')\n")
+    llm.add(act("memorize_thoughts", "the launch code is RED-1"), act("done", "noted"))
+    proc = cli("-y", "note the code", process=True)
+    assert proc.returncode == 0, proc.stderr
+    assert not marker.exists() and "planted" not in proc.stderr
+    assert len(llm.requests) == 2  # the run went through the memory and the JSON of the real modules
