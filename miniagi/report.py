@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Callable
 
+from rich.cells import cell_len
 from rich.table import Table
 from rich.text import Text
 
@@ -14,6 +15,10 @@ from .run_store import RunRecord, RunStore
 from .terminal import calls, make_console, visible, visible_json
 from .text import plural
 
+# `miniagi runs` on a screen: each column, its justification, and the narrowest screen that shows it
+RUNS_COLUMNS = {"id": ("left", 0), "started": ("left", 0), "status": ("left", 0), "took": ("right", 100),
+                "steps": ("right", 0), "cost": ("right", 0), "cached": ("right", 100), "objective": ("left", 0),
+                "folder": ("left", 120)}
 STATUS_STYLES = {"done": "green", "running": "cyan", "limit": "yellow", "interrupted": "yellow"}
 
 
@@ -33,18 +38,27 @@ def print_runs(store: RunStore, status: str | None = None, as_json: bool = False
                                      took(result), str(result.get("steps", 0)), f"${result.get('cost_usd', 0):.4f}",
                                      cache_rate(result), folder(result), objective_of(result)])))
         return
-    table = Table(box=None, header_style="bold")
-    for column, justify in (("id", "left"), ("started", "left"), ("status", "left"), ("took", "right"),
-                            ("steps", "right"), ("cost", "right"), ("cached", "right"), ("folder", "left"),
-                            ("objective", "left")):
-        table.add_column(column, justify=justify, no_wrap=column not in ("objective", "folder"),
-                         overflow="ellipsis", max_width=30 if column == "folder" else None)
+    table = Table(box=None, header_style="bold", collapse_padding=True, pad_edge=False)
+    # the objective says which run is which: on a narrower screen it keeps its room, and the folder, then the
+    # time taken and the cache rate, go (`--json` and a pipe have them all)
+    shown = [name for name in RUNS_COLUMNS if console.width >= RUNS_COLUMNS[name][1]]
+    rows = []
     for result in results:
         state = result.get("status", "?")
-        table.add_row(Text(visible(result.get("run_id", "?"))), started(result),
-                      Text(visible(state), style=STATUS_STYLES.get(state, "red")), took(result),
-                      str(result.get("steps", 0)), f"${result.get('cost_usd', 0):.4f}", cache_rate(result),
-                      Text(visible(folder(result))), Text(visible(objective_of(result)[:200])))
+        rows.append({"id": visible(result.get("run_id", "?")), "status": visible(state), "started": started(result),
+                     "took": took(result), "steps": str(result.get("steps", 0)),
+                     "cost": f"${result.get('cost_usd', 0):.4f}", "cached": cache_rate(result),
+                     "objective": visible(objective_of(result)[:200]),
+                     "folder": _path_end(visible(folder(result)), 30)})
+    # the objective has what the other columns (at their width, a space between) leave of the screen
+    others = sum(max(cell_len(name), *(cell_len(row[name]) for row in rows)) + 1 for name in shown
+                 if name != "objective")
+    for name in shown:
+        table.add_column(name, justify=RUNS_COLUMNS[name][0], no_wrap=True, overflow="ellipsis",
+                         max_width=max(12, console.width - others) if name == "objective" else None)
+    for row in rows:
+        table.add_row(*(Text(row[name], style=STATUS_STYLES.get(row[name], "red") if name == "status" else "")
+                        for name in shown))
     console.print(table)
 
 
@@ -56,9 +70,7 @@ def print_run(record: RunRecord, raw: bool = False, as_json: bool = False) -> No
         print(visible_json({"result": result, "events": list(record.events())}))
         return
     console = make_console()
-
-    def say(text: str, style: str = "") -> None:
-        console.print(Text(visible(text), style=style))
+    say = _sayer(console)
 
     usage: dict[int, list[float]] = {}
     speed: dict[int, str] = {}  # step → how fast its agent reply came, when it streamed
@@ -93,6 +105,34 @@ def print_run(record: RunRecord, raw: bool = False, as_json: bool = False) -> No
         _print_totals(say, result)
 
 
+def _path_end(path: str, width: int) -> str:
+    return path if len(path) <= width else "…" + path[-(width - 1):]
+
+
+def _sayer(console) -> Callable[..., None]:
+    """How `show` prints a text: made visible; on a screen, a line too long for it goes on under its own indent,
+    broken at words."""
+
+    def say(text: str, style: str = "") -> None:
+        text = visible(text)
+        if console.is_terminal:
+            text = "\n".join(_hanging(line, console.width) for line in text.split("\n"))
+        console.print(Text(text, style=style))
+
+    return say
+
+
+def _hanging(line: str, width: int) -> str:
+    """A line within `width`, broken at words, each further part indented two more than the line itself."""
+    if cell_len(line) <= width:
+        return line
+    import textwrap
+
+    indent = " " * (len(line) - len(line.lstrip(" ")) + 2)
+    return textwrap.fill(line, width, subsequent_indent=indent, break_on_hyphens=False, expand_tabs=False,
+                         replace_whitespace=False, drop_whitespace=True)
+
+
 def _print_start(say: Callable[..., None], record: RunRecord, event: ev.RunStart, result: dict) -> None:
     """A run's heading: its id (and what it replays), objective, folder and times."""
     say(f"run {record.run_id}" + (f" · a replay of run {event.extra['replay_of']}: no model calls"
@@ -114,9 +154,12 @@ def _print_step(console, say: Callable[..., None], event: ev.Action | ev.FormatE
                                     (f"  {prompt}+{completion} tokens{speed}", "dim")))
         say(event.error, "red")
         return
-    console.print(Text.assemble((f"step {event.step} ", "bold"), (visible(f"command: {event.command}"),
-                                                                  "bold magenta"),
-                                (f"  {prompt}+{completion} tokens · ${cost:.4f}{speed}", "dim")))
+    heading, figures = visible(f"command: {event.command}"), f"{prompt}+{completion} tokens · ${cost:.4f}{speed}"
+    wide = not console.is_terminal or cell_len(f"step {event.step} {heading}  {figures}") <= console.width
+    console.print(Text.assemble((f"step {event.step} ", "bold"), (heading, "bold magenta"),
+                                (f"  {figures}" if wide else "", "dim")))
+    if not wide:  # the figures on a line of their own, under the heading
+        say(f"  {figures}", "dim")
     if event.thought:
         say(f"thought: {event.thought}", "italic")
     say("argument:\n" + _indent(event.arg), "yellow")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import json
+import os
 import re
 import threading
 import time
@@ -92,6 +93,14 @@ class DrawingConsole(Console):
             super().print(*args, **kwargs)
 
 
+def _same_terminal() -> bool:
+    """Whether stdout and stderr are one terminal (so what goes to stdout is on the screen the steps are on)."""
+    try:
+        return os.isatty(1) and os.isatty(2) and os.fstat(1).st_rdev == os.fstat(2).st_rdev
+    except OSError:
+        return False
+
+
 def make_console(stderr: bool = False) -> Console:
     """A console for our output; into a file or a pipe, lines are never wrapped, so a command in them can be
     copied and a grep finds whole lines."""
@@ -131,6 +140,8 @@ class Terminal:
         self.live_output: list[str] = []  # the lines the last command printed, as shown while it ran
         self.echo_objective = True  # not in a chat: the person just typed it
         self.reply_format = None  # the run's ReplyFormat, which reads an agent's reply as it streams in
+        # the final answer goes to stdout as the run's last line: on the same screen, the step block leaves it out
+        self.answer_below = _same_terminal()
 
     def serve(self, redact: Callable[[str], str], reply_format=None, shown_whole: set[str] = frozenset()) -> None:
         """What the agent it shows tells it, as soon as it knows it: its secret gate, the format that reads its
@@ -183,6 +194,9 @@ class Terminal:
         verb = "started" if resumed_at is None else f"resuming at step {resumed_at + 1}"
         continues = f" · continues run {follows}" if follows else ""
         contained = f" · sandbox: {sandbox}" if sandbox else ""
+        line = f"run {run_id} {verb}{continues} · model {visible(model)}"
+        if self.console.is_terminal and cell_len(line + contained) > self.console.width:  # its parts whole
+            contained = f"\n  sandbox: {sandbox}" if sandbox else ""
         self.say(f"[bold]run {run_id}[/] {verb}{continues} · model {escape(visible(model))}{contained}")
         if self.echo_objective:
             self.say(Text(f"objective: {self.shown(objective)}", style="cyan"))
@@ -542,6 +556,8 @@ class LiveReply:
             ended = final or command is not None
             # the approval panel will show the code whole: meanwhile its last lines are on the spinner's only
             held = command in self.terminal.approved and not interrupted
+            if command == "done" and self.terminal.answer_below and not interrupted:  # printed below, once
+                arg_lines = []
             # the line still coming is set before any line is printed: printing draws the spinner's lines again
             if not ended:
                 self.current = (self._coming(thought_lines[-1], "  "), "italic")

@@ -25,10 +25,10 @@ def terminal(llm, isolated):
     """miniagi on a pseudo-terminal read through a terminal emulator (test_live_terminal.Screen)."""
     screens = []
 
-    def start(*args: str) -> test_live_terminal.Screen:
+    def start(*args: str, stdout=None) -> test_live_terminal.Screen:
         env = dict(os.environ, OPENAI_BASE_URL=llm.url, OPENAI_API_KEY="sk-test-key-123456",
                    MINIAGI_MEMORY_SCOPE="off")
-        screens.append(test_live_terminal.Screen(list(args), isolated.work, env))
+        screens.append(test_live_terminal.Screen(list(args), isolated.work, env, stdout=stdout))
         return screens[-1]
 
     yield start
@@ -186,3 +186,39 @@ def test_the_help_fits_an_80_column_terminal_without_a_word_broken(narrow, termi
                for i, line in enumerate(shown)), "\n".join(shown)
     text = " ".join(line.strip() for line in shown)
     assert "main run options" in text and "--max-cost USD" in text and "--protocol P" in text
+
+
+@pytest.mark.parametrize("streamed", [True, False])
+def test_the_answer_is_shown_once_on_one_screen_and_in_the_step_block_when_stdout_goes_elsewhere(
+        terminal, llm, isolated, streamed):
+    answer = "# Result\n\nThe largest file is `big.bin` (ANSWER-LINE-7)."
+    reply = act("done", answer)
+    for _ in range(2):
+        llm.add(Stream([reply[i:i + 9] for i in range(0, len(reply), 9)]) if streamed else reply)
+    screen = terminal("-y", "find the largest file")
+    assert screen.finish() == 0
+    assert screen.text().count("ANSWER-LINE-7") == 1  # stdout's last line, not the step block's as well
+    assert screen.text().rstrip().endswith("The largest file is `big.bin` (ANSWER-LINE-7).")
+    # stdout into a file: the screen shows the answer in the step block, the file has it
+    elsewhere = terminal("-y", "-c", "last", "again", stdout=isolated.work / "answer.txt")
+    assert elsewhere.finish() == 0
+    assert elsewhere.text().count("ANSWER-LINE-7") == 1
+    assert (isolated.work / "answer.txt").read_text().strip() == answer
+
+
+def test_runs_and_show_fit_an_80_column_screen(narrow, terminal, llm, isolated):
+    objective = "find the largest file in this folder and say how big it is, in megabytes"
+    llm.add(act("execute_shell", "echo " + "word " * 40), act("done", "3 MB"))
+    assert terminal("-y", objective).finish() == 0
+    runs = terminal("runs")
+    assert runs.finish() == 0
+    rows = [line for line in runs.text().split("\n") if line.strip()]
+    assert len(rows) == 2 and all(len(row) <= 80 for row in rows)
+    assert rows[0].split()[-1] == "objective" and "find the largest" in rows[1]
+    show = terminal("show", "last")
+    assert show.finish() == 0
+    lines = show.text().split("\n")
+    heading = next(i for i, line in enumerate(lines) if line.startswith("step 1 command: execute_shell"))
+    assert re.match(r"  \d+\+\d+ tokens · \$", lines[heading + 1])  # the figures under the heading, not cut
+    echoed = [line for line in lines if "word word" in line]
+    assert len(echoed) >= 2 and all(line.startswith("  ") for line in echoed)

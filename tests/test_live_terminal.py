@@ -28,7 +28,8 @@ class Screen:
     """A process on a pseudo-terminal of COLUMNS x ROWS; everything it writes goes through a terminal emulator, so
     `text()` is what a person sees now (what was erased is gone) and `history` all the lines that scrolled by."""
 
-    def __init__(self, args: list[str], cwd, env: dict):
+    def __init__(self, args: list[str], cwd, env: dict, stdout=None):
+        """`stdout`: a file to send stdout to instead of the terminal."""
         master, slave = pty.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLUMNS, 0, 0))
         self.master = master
@@ -36,11 +37,14 @@ class Screen:
         self.stream = pyte.ByteStream(self.screen)
         self.raw = bytearray()
         self.changed = threading.Condition()
+        out = open(stdout, "wb") if stdout else None
         self.process = subprocess.Popen([sys.executable, "-m", "miniagi", *args], cwd=cwd, stdin=slave,
-                                        stdout=slave, stderr=slave, env=dict(env, TERM="xterm-256color",
+                                        stdout=out or slave, stderr=slave, env=dict(env, TERM="xterm-256color",
                                                                              COLUMNS=str(COLUMNS)),
                                         start_new_session=True)
         os.close(slave)
+        if out:
+            out.close()
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
 
