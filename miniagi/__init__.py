@@ -6,12 +6,16 @@ Kept light on purpose: the Python worker imports this package, and `miniagi --he
 import os as _os
 import sys as _sys
 
-# Started as `python -m miniagi` in a work directory, Python put that directory first on sys.path, where code the
-# agent ran can have written a `memory/` or `json.py` that would stand in for our own modules (and run as the user,
-# outside the sandbox). While -m locates this package, argv[0] is "-m": drop the directory unless it holds miniagi.
-if _sys.argv[:1] == ["-m"] and _sys.path and _sys.path[0] in ("", _os.getcwd()) \
-        and _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__))) != _os.getcwd():
-    del _sys.path[0]
+# Started as a command (`miniagi …`, or `python -m miniagi`, where argv[0] is "-m" while the package is located),
+# the work directory may be on sys.path: Python puts it first for -m, and an empty PYTHONPATH element (the common
+# `export PYTHONPATH=$PYTHONPATH:/x`) puts it in too. Code the agent ran can have written a `memory/` or `json.py`
+# there that would stand in for our own modules, and run as the user, outside the sandbox: such entries go, unless
+# miniagi itself lives there. (Imported as a library, the program that imports it keeps its sys.path.)
+if _sys.argv[:1] == ["-m"] or _os.path.basename(_sys.argv[0] if _sys.argv else "") == "miniagi":
+    _here, _cwd = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__))), _os.getcwd()
+    _sys.path[:] = [_entry for _entry in _sys.path
+                    if _os.path.abspath(_entry or ".") != _cwd or _os.path.abspath(_entry or ".") == _here]
+    del _here, _cwd
 
 __version__ = "0.1.0"
 __all__ = ["Agent", "RunResult", "Settings", "ScriptedModel", "OpenAIModel", "__version__"]

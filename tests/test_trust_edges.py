@@ -309,16 +309,20 @@ def test_a_dotenv_code_wrote_in_a_folder_of_its_work_directory_is_not_trusted_as
 
 
 # --- modules code planted in the work directory ---------------------------------------------------------------------
-def test_python_m_miniagi_in_a_work_directory_does_not_import_modules_planted_there(cli, llm, isolated):
+@pytest.mark.parametrize("pythonpath", ["as given", "with an empty element"])
+def test_python_m_miniagi_in_a_work_directory_does_not_import_modules_planted_there(cli, llm, isolated, pythonpath):
     """Code the agent ran can write `memory/` or `json.py` into its work directory; started as `python -m miniagi`
-    there, Python puts that directory first on sys.path, and they would run as the user, outside the sandbox."""
+    there, Python puts that directory first on sys.path (and an empty PYTHONPATH element, as `export
+    PYTHONPATH=$PYTHONPATH:/x` leaves, puts it in too), and they would run as the user, outside the sandbox."""
+    import os
     marker = isolated.work / "planted-ran"
     for planted in ("memory/__init__.py", "json.py", "rich/__init__.py"):
         path = isolated.work / planted
         path.parent.mkdir(exist_ok=True)
         path.write_text(f"open({str(marker)!r}, 'a').write({planted!r})\nraise SystemExit('planted {planted} ran')\n")
     llm.add(act("memorize_thoughts", "the launch code is RED-1"), act("done", "noted"))
-    proc = cli("-y", "note the code", process=True)
+    env = {} if pythonpath == "as given" else {"PYTHONPATH": os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = cli("-y", "note the code", process=True, env=env)
     assert proc.returncode == 0, proc.stderr
     assert not marker.exists() and "planted" not in proc.stderr
     assert len(llm.requests) == 2  # the run went through the memory and the JSON of the real modules
