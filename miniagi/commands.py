@@ -212,6 +212,11 @@ class Command:
         """How the system prompt lists it among the functions inside execute_python ("": not listed)."""
         return self.signature() if self.python else ""
 
+    def listing(self) -> dict:
+        """What `miniagi tools` lists of it: its name, its arguments (typed) and what it does."""
+        return {"name": self.name, "arguments": ", ".join(f"{p.name}: {p.type}" for p in self.parameters),
+                "doc": self.doc}
+
 
 _ITEM = re.compile(r"\S*[./:\d]\S*")  # a list item in the text form: a path, a URL, a result number
 

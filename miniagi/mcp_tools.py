@@ -253,6 +253,11 @@ class McpCommand(Command):
         return (json.dumps(self.placeholders(), ensure_ascii=False)
                 + (f" (optional: {', '.join(optional)})" if optional else ""))
 
+    def listing(self) -> dict:
+        """Its arguments as the help writes them, and where it comes from: its server and input schema."""
+        return {**super().listing(), "arguments": self.help_argument(), "server": self.server,
+                "input_schema": self.schema()}
+
     def python_spec(self) -> dict:
         """Its function for the worker: a keyword argument per property; a property whose name Python cannot take
         as one ("repo-path", "class") is given through **more."""
