@@ -9,10 +9,9 @@ from rich.table import Table
 from rich.text import Text
 
 from . import events as ev
-from .checkpoints import summary
 from .run_store import RunRecord, RunStore
 from .terminal import calls, make_console, visible, visible_json
-from .text import plural
+from .text import files_changed_line, plural
 
 STATUS_STYLES = {"done": "green", "running": "cyan", "limit": "yellow", "interrupted": "yellow"}
 
@@ -83,7 +82,7 @@ def print_run(record: RunRecord, raw: bool = False, as_json: bool = False) -> No
         elif isinstance(event, ev.Observation):
             say("observation:\n" + _indent(event.text), "dim")
             if event.files:
-                say(f"files: {summary(event.files)} (miniagi diff {record.run_id} --step {step})", "cyan")
+                say(f"files: {files_changed_line(event.files)} (miniagi diff {record.run_id} --step {step})", "cyan")
         elif isinstance(event, (ev.LoopWarning, ev.CriticReview, ev.CriticVerdict, ev.SummaryFolded)):
             say(f"[{event.type}] {event.text}", "yellow")
         elif isinstance(event, ev.RunEnd):

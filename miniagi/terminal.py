@@ -23,7 +23,7 @@ from rich.spinner import Spinner
 from rich.text import Text
 
 from . import events as ev
-from .text import plural
+from .text import files_changed_line, plural
 
 # Bounds are in screen lines: a line is wrapped at the terminal's width under its indent, every word of it shown
 ARG_PREVIEW_LINES = 4
@@ -329,10 +329,8 @@ class Terminal:
 
     def files_changed(self, files: dict[str, str]) -> None:
         """What the step changed in the work directory, on one line (`miniagi diff RUN --step N` shows it)."""
-        from .checkpoints import summary
-
         if not self.quiet:
-            self.console.print(Text(f"  {self.shown(summary(files))}", style="cyan"))
+            self.console.print(Text(f"  {self.shown(files_changed_line(files))}", style="cyan"))
 
     def critic(self, text: str) -> None:
         if not self.quiet:
