@@ -229,8 +229,9 @@ class CommandTable(Mapping[str, Command]):
     """An agent's commands by name: the built-in ones and its MCP servers' tools, made once and handed to its reply
     format, system prompt, Python worker and runs."""
 
-    def __init__(self, more: Iterable[Command] = ()):
-        self._by_name = {**COMMANDS, **{c.name: c for c in more}}
+    def __init__(self, tools: Iterable[Command] = ()):
+        self.tools = tuple(tools)  # the agent's MCP servers' tools
+        self._by_name = {**COMMANDS, **{c.name: c for c in self.tools}}
 
     def __getitem__(self, name: str) -> Command:
         return self._by_name[name]

@@ -32,7 +32,7 @@ import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Sequence
 
 from .commands import COMMANDS, Command, Outcome, Parameter, untrusted
 from .config import ConfigError
@@ -312,10 +312,9 @@ class McpCommand(Command):
         return self.run(self, args)
 
 
-def python_note(commands: Iterable[Command]) -> str:
-    """What the system prompt says of the MCP tools among the commands, inside execute_python (their list is the
-    commands' own)."""
-    tools = [c for c in commands if isinstance(c, McpCommand)]
+def python_note(tools: Sequence[McpCommand]) -> str:
+    """What the system prompt says of an agent's MCP tools inside execute_python (they are not listed one by one
+    there: each one's keys are in its help)."""
     if not tools:
         return ""
     example = next((c for c in tools if c.placeholders()), tools[0])
