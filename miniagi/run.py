@@ -335,8 +335,7 @@ class Run:
             approval = self.ui.approve(command.name, action.arg)
             if approval.every_later:  # `a`: this run goes on as with -y (a resume it suggests says -y too)
                 self.settings = replace(self.settings, yes=True)
-                code = self.services.protocol.commands.code_commands()
-                self.ui.approved = {name for name in self.ui.approved if name not in code}
+                self.ui.asks_no_more(self.services.protocol.commands.code_commands())
             if not approval.run:
                 return Outcome(approval.observation)
         if spinner:  # a command of the loop's own (not one code called): how long it ran is said if it is cut off

@@ -12,7 +12,7 @@ import re
 import threading
 import time
 from dataclasses import astuple, dataclass, field
-from typing import Callable
+from typing import Callable, Iterable
 
 from rich.cells import cell_len
 from rich.console import Console, Group
@@ -136,6 +136,11 @@ class Terminal:
         """What the agent it shows tells it, as soon as it knows it: its secret gate, the format that reads its
         replies as they stream in, the commands whose approval panel shows their argument whole."""
         self.redact, self.reply_format, self.approved = redact, reply_format, set(shown_whole)
+
+    def asks_no_more(self, commands: Iterable[str]) -> None:
+        """These commands run without asking from now on (the person answered `a`): no panel shows their argument,
+        so the step line does again."""
+        self.approved -= set(commands)
 
     @property
     def live(self) -> bool:
