@@ -18,7 +18,6 @@
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Callable
 
@@ -33,16 +32,6 @@ RECALL_COMMAND = "recall"
 FOLD_KEEP = 0.3  # of the room for steps: the newest steps that stay in view, verbatim, when older ones leave
 RECALL_RESERVE = 0.5  # of the recall share: kept free for recall when deciding whether steps must leave
 FILL = 0.8  # of what one summarizer call reads: steps pending that start a summary in the background
-
-
-@dataclass
-class Held:
-    """What a memory used on its own (a test, a benchmark) holds itself. In a run, the run's state (`RunState`)
-    holds these, and the memory reads them there."""
-
-    objective: str = ""
-    background: str = ""  # a follow-up's account of the run it continues (in the head)
-    summary: Summary = field(default_factory=Summary)
 
 
 class Layout:
@@ -95,23 +84,22 @@ class Preparation:
 
 class RunMemory:
     def __init__(self, *, builder: ContextBuilder, summarizer_counter: TokenCounter, ask_summarizer: Ask,
-                 store: VectorMemory | None, scope: str, run_id: str, objective: str = "", workdir: str = "",
-                 code_commands: frozenset[str] = frozenset(), background: str = "", state=None,
-                 archive: Archive | None = None, runs_root=None, notify: Callable[[str], None] = lambda text: None):
-        """`state`: the run's state, which owns the objective, the background and the summary (the memory reads
-        them there, and the run records a new summary, which `context` returns, as an event). Without it the memory
-        holds them itself (`objective`, `background`). `archive`: where everything the run sees is kept whole, for
-        the recall command (`runs_root`: the folder of every run's folder, for earlier runs' archives). `notify`: a
-        line on the terminal (the loop waits for a summary before steps leave the view). `code_commands`: commands
-        whose argument is code: it says little about intent and costs much to embed, so recall's queries leave it
-        out."""
+                 store: VectorMemory | None, scope: str, run_id: str, state, workdir: str = "",
+                 code_commands: frozenset[str] = frozenset(), archive: Archive | None = None, runs_root=None,
+                 notify: Callable[[str], None] = lambda text: None):
+        """`state`: the run's state (`RunState`), which owns the objective, the background (a follow-up's account of
+        the run it continues) and the summary: the memory reads them there, and the run records a new summary,
+        which `context` returns, as an event that its state applies. `archive`: where everything the run sees is
+        kept whole, for the recall command (`runs_root`: the folder of every run's folder, for earlier runs'
+        archives). `notify`: a line on the terminal (the loop waits for a summary before steps leave the view).
+        `code_commands`: commands whose argument is code: it says little about intent and costs much to embed, so
+        recall's queries leave it out."""
         self.builder = builder
         self.counter = builder.counter
         self.summarizer_counter = summarizer_counter
         self.scope = scope
         self.run_id = run_id
-        self.state = state if state is not None else Held(objective, background)
-        self._holds_state = state is None
+        self.state = state
         self._folding: Summary | None = None  # the summary a context is being built with, until it returns
         self.workdir = workdir
         self.summarizer = Summarizer(builder=builder, counter_in=summarizer_counter, ask=ask_summarizer,
@@ -238,8 +226,6 @@ class RunMemory:
             folded, self._folding = self._folding, None
         if folded is not None:
             self.archive_items([self.item("summary", folded.text, folded.through_step)])
-        if folded is not None and self._holds_state:
-            self.state.summary = folded
         # a step shown cut in the last prompt and not in this one: this prompt does not extend it either
         context.reshaped = folded is not None or self._squeezed is not None
         self._squeezed = squeezed

@@ -19,6 +19,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable
 
+from .jsonl import json_lines
+
 if TYPE_CHECKING:
     from .embeddings import Embedder
 
@@ -195,10 +197,10 @@ class VectorMemory:
                 lines = _read_regular(mine, JOURNAL_MAX_BYTES).decode("utf-8", "replace").split("\n")
             except OSError:  # not a regular file (a FIFO, a link), or too large: not a journal this store wrote
                 continue
-            for line in lines:  # not splitlines: U+2028 may sit in a note
+            for value in json_lines(lines):  # split on "\n" only: U+2028 may sit in a note
                 try:
-                    item = MemoryItem(**json.loads(line))
-                except (ValueError, TypeError):  # a line that is not an item (a newer format): skipped
+                    item = MemoryItem(**value)
+                except TypeError:  # a value that is not an item (a newer format): skipped
                     continue
                 trusted = self._as_recorded(item, workdirs)
                 if trusted is not None:

@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Mapping
+from typing import Callable, Mapping
 
+from memory.archive import Archive, archive_path
 from memory.budget import Budget
 from memory.context import ContextBuilder, ContextOverflow, StepRecord, cut_around, truncate_middle
+from memory.run_memory import RunMemory
 from memory.store import VectorMemory
 from memory.tokens import counter_for
 
@@ -26,8 +28,8 @@ from .prompts import system_prompt
 from .protocols import formats
 from .redaction import Redactor
 from .run import Run, RunResult
-from .run_store import RunStore, now_iso
-from .services import Services
+from .run_store import RunRecord, RunStore, now_iso
+from .services import Makings, Services
 from .state import RunState
 from .terminal import Terminal
 from .trust import DotenvGuard
@@ -84,21 +86,22 @@ class Agent:
                                       reserved=counter.count(json.dumps(tools)) if tools else 0)
             # what each run works with: a run never sees the agent
             self.services = Services(
-                settings=settings, ui=ui, model=model, prices=prices, commands=commands, protocol=protocol,
-                budget=budget, contexts=contexts, counter=counter,
-                critic_counter=counter_for(settings.model_for("critic")),
-                summarizer_counter=counter_for(settings.model_for("summarizer")),
-                system=system_prompt(str(settings.workdir_path), protocol),
-                vectors=open_vector_memory(settings, environ, model, redact), wait_for_memory=wait_for_memory,
-                redact=redact, environ=environ, search_backend=search_backend or DdgsBackend(), offline=offline,
-                dotenv=dotenv, mcp=mcp)
+                settings=settings, ui=ui, model=model, prices=prices, protocol=protocol, budget=budget,
+                counter=counter, critic_counter=counter_for(settings.model_for("critic")),
+                system=system_prompt(str(settings.workdir_path), protocol), redact=redact, dotenv=dotenv,
+                wait_for_memory=wait_for_memory)
+            # what only the agent reads: each run's workspace and memory are made from these
+            self.makings = Makings(
+                contexts=contexts, summarizer_counter=counter_for(settings.model_for("summarizer")),
+                vectors=open_vector_memory(settings, environ, model, redact), environ=environ,
+                search_backend=search_backend or DdgsBackend(), offline=offline, mcp=mcp)
         except BaseException:
             mcp.close()
             raise
 
     def close(self) -> None:
         """Stop what outlives a run: the MCP servers (a run's end stops them too; this is for a start that failed)."""
-        self.services.mcp.close()
+        self.makings.mcp.close()
 
     # --- starting and resuming -------------------------------------------------------------------------------
     def run(self, objective: str, origin: dict | None = None, follows: str | None = None) -> RunResult:
@@ -129,9 +132,9 @@ class Agent:
             if made:
                 workspace.close()
             raise
-        run = Run(self.services, record, RunState(objective=objective, make_record=self.step_record), workspace,
-                  owns_workspace=made and not keep_workspace)
-        mcp = self.services.mcp
+        run = self._run(record, RunState(objective=objective, make_record=self.step_record), workspace,
+                        owns_workspace=made and not keep_workspace)
+        mcp = self.makings.mcp
         run.emit(ev.RunStart(time=now_iso(), run_id=record.run_id, objective=objective,
                              settings={**self.settings.to_dict(), "workdir": str(self.settings.workdir_path)},
                              follows=previous, background=background,
@@ -142,14 +145,35 @@ class Agent:
     def workspace(self) -> RunWorkspace:
         """A new workspace for a run: its Python session, sandbox and limits; the MCP servers (started again if a run
         before stopped them: the Python API's second run) stop with it."""
-        services = self.services
-        workspace = RunWorkspace(self.settings, ui=services.ui, environ=services.environ, budget=services.budget,
-                                 search_backend=services.search_backend, counter=services.summarizer_counter,
-                                 python_tools=services.commands.python_tools(), offline=services.offline)
-        if services.mcp is not None:
-            services.mcp.start()
-            workspace.mcp = services.mcp
+        services, makings = self.services, self.makings
+        workspace = RunWorkspace(self.settings, ui=services.ui, environ=makings.environ, budget=services.budget,
+                                 search_backend=makings.search_backend, counter=makings.summarizer_counter,
+                                 python_tools=services.protocol.commands.python_tools(), offline=makings.offline)
+        makings.mcp.start()
+        workspace.mcp = makings.mcp
         return workspace
+
+    def memory(self, record: RunRecord, state: RunState, summarize: Callable[[str], str]) -> RunMemory:
+        """A run's memory: its view, summaries and recall over the agent's vector memory, and its archive in the
+        run's folder. Its state is the run's (which holds the objective, the background and the summary);
+        `summarize` asks the summarizer model as a call of the run."""
+        services, makings = self.services, self.makings
+        workdir = str(self.settings.workdir_path)
+        return RunMemory(builder=makings.contexts, summarizer_counter=makings.summarizer_counter,
+                         ask_summarizer=summarize, store=makings.vectors, scope=self.settings.memory_scope,
+                         run_id=record.run_id, state=state, workdir=workdir,
+                         code_commands=services.protocol.commands.code_commands(),
+                         archive=Archive(archive_path(record.dir), record.run_id, workdir, services.redact),
+                         runs_root=record.dir.parent, notify=services.ui.progress)
+
+    def _run(self, record: RunRecord, state: RunState, workspace: RunWorkspace, **how) -> Run:
+        """A `Run` handed what it works with: the agent's services, its record and state, the workspace and a memory
+        made here. A summary is a model call of the run (its limits, its cost, its record): the memory asks through
+        the run it is made for."""
+        run: Run
+        memory = self.memory(record, state, summarize=lambda prompt: run.summarize(prompt))
+        run = Run(self.services, record, state, workspace, memory, **how)
+        return run
 
     def background(self, run_id: str, python_kept: bool = False) -> str:
         """What a follow-up is told of the run it continues, within the summary's share of the budget."""
@@ -188,7 +212,7 @@ class Agent:
         self._check_budget(state.objective, state.background)
         self._check_workdir()
         self._check_endpoint()
-        run = Run(self.services, record, state, self.workspace(), resumed=True)
+        run = self._run(record, state, self.workspace(), resumed=True)
         run.kept = self._cut_off_step(state)
         run.emit(ev.Resume(step=state.completed_step, time=now_iso(), settings=self.settings.to_dict(),
                            kept_step=state.pending.step if run.kept else None))
@@ -200,7 +224,7 @@ class Agent:
         person asks for the reply anew (then None, as for a step stopped at its approval)."""
         from .protocols import Decision
 
-        action, commands, ui = state.pending, self.services.commands, self.services.ui
+        action, commands, ui = state.pending, self.services.protocol.commands, self.services.ui
         if action is None or action.command not in commands:
             return None
         cut = state.cut_short if state.cut_short and state.cut_short.get("step") == action.step else None
@@ -236,7 +260,7 @@ class Agent:
 
     def _check_budget(self, objective: str, background: str = "") -> None:
         try:
-            self.services.contexts.check_fits(self.services.system, objective, background)
+            self.makings.contexts.check_fits(self.services.system, objective, background)
         except ContextOverflow as exc:
             raise ConfigError(str(exc)) from None
 

@@ -28,6 +28,8 @@ from typing import Mapping
 from rich.console import Console
 from rich.text import Text
 
+from memory.jsonl import json_lines
+
 from . import safefs
 from .batch_report import (
     figures,
@@ -47,7 +49,6 @@ from .batch_report import (
 from .config import OPTIONS_BY_NAME, ConfigError, Settings, read_settings_files, resolve_settings
 from .redaction import Redactor, redact_data
 from .run_store import miniagi_command, now_iso
-from .text import json_lines
 
 RESUMABLE = ("limit", "interrupted")
 LINE_KEYS = ("id", "objective", "check", "expect", "setup")  # a .jsonl line's own keys; the rest are run options

@@ -20,9 +20,10 @@ from pathlib import Path
 
 from rich.console import Console
 
+from memory.jsonl import json_lines
+
 from .config import ConfigError
 from .run_store import now_iso
-from .text import json_lines
 
 RESULTS_NAME = "results.jsonl"
 RECORD_MAX_BYTES = 64 * 1024  # a batch's record in the home is a few hundred bytes

@@ -616,23 +616,21 @@ def cmd_setup(args: argparse.Namespace) -> int:
 def cmd_tools(args: argparse.Namespace) -> int:
     """The commands a run with these settings would offer; MCP servers started only to list theirs."""
     from .commands import CommandTable
-    from .mcp_tools import McpCommand, McpTools
+    from .mcp_tools import McpTools
     from .redaction import Redactor
     from .terminal import Terminal, visible, visible_json
 
     settings = resolve_settings({"mcp_config": args.mcp_config, "workdir": args.workdir, "home": args.home})
     check_dotenv(settings)  # its servers may come from ./.env (MINIAGI_MCP_CONFIG)
     ui = Terminal(interactive=sys.stdin is not None and sys.stdin.isatty())
-    ui.redact = Redactor(os.environ, read_settings_files())
+    redact = Redactor(os.environ, read_settings_files())
+    ui.serve(redact)
     mcp = McpTools.configured(settings, ui)
-    ui.redact.include(*(spec.secrets() for spec in mcp.specs))
+    redact.include(*(spec.secrets() for spec in mcp.specs))
     try:
         with _starting():
             mcp.start()
-        listed = [{"name": c.name, "arguments": c.help_argument() if isinstance(c, McpCommand) else
-                   ", ".join(f"{p.name}: {p.type}" for p in c.parameters), "doc": c.doc,
-                   **({"server": c.server, "input_schema": c.schema()} if isinstance(c, McpCommand) else {})}
-                  for c in CommandTable(mcp.commands).actions()]
+        listed = [command.listing() for command in CommandTable(mcp.commands).actions()]
     finally:
         mcp.close()
     if args.json:
@@ -645,7 +643,7 @@ def cmd_tools(args: argparse.Namespace) -> int:
              f"{len(from_servers)} MCP tools (servers: {servers}):" if from_servers else
              "no MCP tools: --mcp-config FILE (or ./.mcp.json) names servers (see docs/mcp.md)",
              *_described(from_servers)]
-    print(visible(ui.redact("\n".join(lines))))
+    print(visible(redact("\n".join(lines))))
     return 0
 
 

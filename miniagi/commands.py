@@ -212,6 +212,11 @@ class Command:
         """How the system prompt lists it among the functions inside execute_python ("": not listed)."""
         return self.signature() if self.python else ""
 
+    def listing(self) -> dict:
+        """What `miniagi tools` lists of it: its name, its arguments (typed) and what it does."""
+        return {"name": self.name, "arguments": ", ".join(f"{p.name}: {p.type}" for p in self.parameters),
+                "doc": self.doc}
+
 
 _ITEM = re.compile(r"\S*[./:\d]\S*")  # a list item in the text form: a path, a URL, a result number
 
@@ -224,8 +229,9 @@ class CommandTable(Mapping[str, Command]):
     """An agent's commands by name: the built-in ones and its MCP servers' tools, made once and handed to its reply
     format, system prompt, Python worker and runs."""
 
-    def __init__(self, more: Iterable[Command] = ()):
-        self._by_name = {**COMMANDS, **{c.name: c for c in more}}
+    def __init__(self, tools: Iterable[Command] = ()):
+        self.tools = tuple(tools)  # the agent's MCP servers' tools
+        self._by_name = {**COMMANDS, **{c.name: c for c in self.tools}}
 
     def __getitem__(self, name: str) -> Command:
         return self._by_name[name]

@@ -32,7 +32,7 @@ import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Sequence
 
 from .commands import COMMANDS, Command, Outcome, Parameter, untrusted
 from .config import ConfigError
@@ -253,6 +253,11 @@ class McpCommand(Command):
         return (json.dumps(self.placeholders(), ensure_ascii=False)
                 + (f" (optional: {', '.join(optional)})" if optional else ""))
 
+    def listing(self) -> dict:
+        """Its arguments as the help writes them, and where it comes from: its server and input schema."""
+        return {**super().listing(), "arguments": self.help_argument(), "server": self.server,
+                "input_schema": self.schema()}
+
     def python_spec(self) -> dict:
         """Its function for the worker: a keyword argument per property; a property whose name Python cannot take
         as one ("repo-path", "class") is given through **more."""
@@ -307,10 +312,9 @@ class McpCommand(Command):
         return self.run(self, args)
 
 
-def python_note(commands: Iterable[Command]) -> str:
-    """What the system prompt says of the MCP tools among the commands, inside execute_python (their list is the
-    commands' own)."""
-    tools = [c for c in commands if isinstance(c, McpCommand)]
+def python_note(tools: Sequence[McpCommand]) -> str:
+    """What the system prompt says of an agent's MCP tools inside execute_python (they are not listed one by one
+    there: each one's keys are in its help)."""
     if not tools:
         return ""
     example = next((c for c in tools if c.placeholders()), tools[0])

@@ -17,9 +17,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from memory.jsonl import json_lines
+
 from .redaction import redact_data
 from .run_store import open_regular
-from .text import json_lines
 
 FILE = "prompts.jsonl"
 MAX_BYTES = 256 * 2**20  # a larger file is not read (a run's own folder; code may have written there)

@@ -32,7 +32,8 @@ def system_prompt(workdir: str, reply_format: ReplyFormat | None = None) -> str:
     from .protocols import formats
 
     reply_format = reply_format or formats()["tags"]
-    commands = reply_format.commands.values()
-    functions = ", ".join(filter(None, (c.python_signature() for c in commands))) + python_note(commands)
+    commands = reply_format.commands
+    functions = (", ".join(filter(None, (c.python_signature() for c in commands.values())))
+                 + python_note(commands.tools))
     return SYSTEM_PROMPT.format(protocol=reply_format.describe(), functions=functions, workdir=workdir,
                                 advice=ADVICE_LABEL)

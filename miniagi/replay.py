@@ -7,12 +7,13 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from memory.jsonl import json_lines
+
 from . import events as ev
 from .commands import COMMANDS
 from .config import ConfigError, Settings
 from .model import Completion, ScriptExhausted, ToolCall, local_completion
 from .run_store import RunRecord, RunStore
-from .text import json_lines
 from .trust import narrowed
 
 

@@ -10,10 +10,9 @@ from rich.table import Table
 from rich.text import Text
 
 from . import events as ev
-from .checkpoints import summary
 from .run_store import RunRecord, RunStore
 from .terminal import calls, make_console, visible, visible_json
-from .text import plural
+from .text import files_changed_line, plural
 
 # `miniagi runs` on a screen: each column, its justification, and the narrowest screen that shows it
 RUNS_COLUMNS = {"id": ("left", 0), "started": ("left", 0), "status": ("left", 0), "took": ("right", 100),
@@ -95,7 +94,7 @@ def print_run(record: RunRecord, raw: bool = False, as_json: bool = False) -> No
         elif isinstance(event, ev.Observation):
             say("observation:\n" + _indent(event.text), "dim")
             if event.files:
-                say(f"files: {summary(event.files)} (miniagi diff {record.run_id} --step {step})", "cyan")
+                say(f"files: {files_changed_line(event.files)} (miniagi diff {record.run_id} --step {step})", "cyan")
         elif isinstance(event, (ev.LoopWarning, ev.CriticReview, ev.CriticVerdict, ev.SummaryFolded)):
             say(f"[{event.type}] {event.text}", "yellow")
         elif isinstance(event, ev.RunEnd):

@@ -17,10 +17,7 @@ import threading
 import time
 import traceback
 from dataclasses import asdict, dataclass, field, replace
-from typing import Callable
-
-from memory.archive import Archive, archive_path
-from memory.run_memory import RunMemory
+from typing import TYPE_CHECKING, Callable
 
 from . import critic
 from . import events as ev
@@ -41,6 +38,9 @@ from .text import plural
 from .trust import resume_flags
 from .websearch import SearchResult
 from .workspace import RunWorkspace
+
+if TYPE_CHECKING:
+    from memory.run_memory import RunMemory
 
 RESUMED = ("NOTE: this run was interrupted and has been resumed. The Python session was restarted: variables, imports "
            "and functions from earlier steps are gone; files on disk remain.")
@@ -64,17 +64,15 @@ class RunResult:
 
 
 class Run:
-    def __init__(self, services: Services, record: RunRecord, state: RunState, workspace: RunWorkspace, *,
-                 owns_workspace: bool = True, resumed: bool = False):
+    """Handed by its agent what it works with: the agent's services (model, reply format, terminal, budget, the
+    secret gate), its record and state, its workspace (where commands act: the Python session, the sandbox, the MCP
+    servers) and its memory (what the next prompt holds)."""
+
+    def __init__(self, services: Services, record: RunRecord, state: RunState, workspace: RunWorkspace,
+                 memory: RunMemory, *, owns_workspace: bool = True, resumed: bool = False):
         self.services, self.settings, self.ui = services, services.settings, services.ui
         self.record, self.state, self.resumed = record, state, resumed
-        workdir = str(self.settings.workdir_path)
-        self.memory = RunMemory(builder=services.contexts, summarizer_counter=services.summarizer_counter,
-                                ask_summarizer=self.summarize, store=services.vectors, scope=self.settings.memory_scope,
-                                run_id=record.run_id, state=state,
-                                workdir=workdir, code_commands=services.commands.code_commands(),
-                                archive=Archive(archive_path(record.dir), record.run_id, workdir, services.redact),
-                                runs_root=record.dir.parent, notify=self.ui.progress)
+        self.memory = memory
         self.model_view = PromptLog(record.dir, services.redact)  # what the model saw, for show --prompt N
         self.covers: dict = {}  # what the parts of the next agent prompt cover
         self._saving = threading.Lock()  # result.json: one writer at a time (the loop, or the timer of a write put off)
@@ -85,8 +83,8 @@ class Run:
         self.workspace, self.owns_workspace = workspace, owns_workspace
         self.workspace.attach(memory=self.memory, summarize=self.summarize, step=lambda: self.state.step,
                               tool_handler=self.call_tool)
-        if services.mcp is not None:
-            services.mcp.record = self.record_mcp_call
+        if workspace.mcp is not None:
+            workspace.mcp.record = self.record_mcp_call
         if state.last_search and not self.workspace.last_search:  # resumed: a result's number still names its URL
             self.workspace.last_search = [SearchResult(**result) for result in state.last_search]
         self.recorded_search = self.workspace.last_search
@@ -337,8 +335,7 @@ class Run:
             approval = self.ui.approve(command.name, action.arg)
             if approval.every_later:  # `a`: this run goes on as with -y (a resume it suggests says -y too)
                 self.settings = replace(self.settings, yes=True)
-                code = self.services.commands.code_commands()
-                self.ui.approved = {name for name in self.ui.approved if name not in code}
+                self.ui.asks_no_more(self.services.protocol.commands.code_commands())
             if not approval.run:
                 return Outcome(approval.observation)
         if spinner:  # a command of the loop's own (not one code called): how long it ran is said if it is cut off
@@ -357,7 +354,7 @@ class Run:
         """A command called as a function by code in execute_python (its arguments by name, as a JSON object): run
         as an action of the step would be (approval, limits, redaction, cost); its notes, memories and hint join
         the step's."""
-        command = self.services.commands.get(name)
+        command = self.services.protocol.commands.get(name)
         if command is None or not command.python:
             return {"error": f"{name} cannot be called from Python"}
         args = command.arguments(json.loads(arguments or "{}"))

@@ -21,9 +21,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterator
 
+from memory.jsonl import json_lines
+
 from .config import ConfigError
 from .redaction import redact_data
-from .text import json_lines
 
 STATUSES = ("done", "limit", "format_error", "stuck", "error", "interrupted", "running")
 RESULT_MAX_BYTES = 16 * 2**20  # a result.json is a few KB: a larger "result" is not one

@@ -13,7 +13,7 @@ import re
 import threading
 import time
 from dataclasses import astuple, dataclass, field
-from typing import Callable
+from typing import Callable, Iterable
 
 from rich.cells import cell_len
 from rich.console import Console, Group
@@ -24,7 +24,7 @@ from rich.spinner import Spinner
 from rich.text import Text
 
 from . import events as ev
-from .text import plural
+from .text import files_changed_line, plural
 
 # Bounds are in screen lines: a line is wrapped at the terminal's width under its indent, every word of it shown
 ARG_PREVIEW_LINES = 4
@@ -147,6 +147,11 @@ class Terminal:
         """What the agent it shows tells it, as soon as it knows it: its secret gate, the format that reads its
         replies as they stream in, the commands whose approval panel shows their argument whole."""
         self.redact, self.reply_format, self.approved = redact, reply_format, set(shown_whole)
+
+    def asks_no_more(self, commands: Iterable[str]) -> None:
+        """These commands run without asking from now on (the person answered `a`): no panel shows their argument,
+        so the step line does again."""
+        self.approved -= set(commands)
 
     @property
     def live(self) -> bool:
@@ -343,10 +348,8 @@ class Terminal:
 
     def files_changed(self, files: dict[str, str]) -> None:
         """What the step changed in the work directory, on one line (`miniagi diff RUN --step N` shows it)."""
-        from .checkpoints import summary
-
         if not self.quiet:
-            self.console.print(Text(f"  {self.shown(summary(files))}", style="cyan"))
+            self.console.print(Text(f"  {self.shown(files_changed_line(files))}", style="cyan"))
 
     def critic(self, text: str) -> None:
         if not self.quiet:

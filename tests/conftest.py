@@ -261,3 +261,18 @@ MEMORY_ON = {"MINIAGI_MEMORY_SCOPE": "global"}
 
 def run_dirs(home: Path) -> list[Path]:
     return sorted((home / "runs").iterdir()) if (home / "runs").is_dir() else []
+
+
+# --- a run's memory used alone: given what a run gives it -----------------------------------------------------------
+def run_context(memory, **how):
+    """`memory.context(...)` as a run asks for it: the memory reads the run's state (`RunState`), and a summary it
+    folds is recorded there by the run, as an event (Run.context): the memory never writes the state itself."""
+    from miniagi import events as ev
+
+    context, folded = memory.context(**how)
+    if folded is not None:
+        memory.state.apply(ev.SummaryFolded(step=how["next_step"] - 1, text=folded.text,
+                                            through_step=folded.through_step,
+                                            notes_digest=folded.notes_digest or None,
+                                            notes_through=folded.notes_through or None))
+    return context, folded

@@ -10,6 +10,9 @@ from memory.context import MESSAGE_OVERHEAD, REPLY_PRIMING, ContextBuilder, Cont
 from memory.run_memory import RunMemory
 from memory.tokens import counter_for
 from miniagi.prompts import system_prompt
+from miniagi.state import RunState
+
+from .conftest import run_context
 
 COUNTER = counter_for("gpt-4o-mini")
 SYSTEM = system_prompt("/tmp/work")
@@ -27,15 +30,15 @@ def make_steps(sizes):
 def memory_for(budget: int) -> RunMemory:
     return RunMemory(builder=ContextBuilder(COUNTER, budget), summarizer_counter=COUNTER,
                      ask_summarizer=lambda prompt: "summary of what was done " * 40, store=None, scope="run",
-                     run_id="r", objective="do things")
+                     run_id="r", state=RunState(objective="do things"))
 
 
 def drive(memory: RunMemory, sizes: list[int], alerts: list[str] | None = None):
     """Build the prompt of every step of a run whose steps print `sizes` words; yield (prompt, folded)."""
     steps: list[StepRecord] = []
     for number in range(1, len(sizes) + 2):
-        context, folded = memory.context(system=SYSTEM, steps=steps, next_step=number,
-                                         alerts=(alerts or [""] * (len(sizes) + 1))[number - 1])
+        context, folded = run_context(memory, system=SYSTEM, steps=steps, next_step=number,
+                                      alerts=(alerts or [""] * (len(sizes) + 1))[number - 1])
         yield context, folded
         if number <= len(sizes):
             steps.append(make_steps(sizes)[number - 1])
@@ -102,7 +105,6 @@ def test_a_runs_state_owns_the_summary_the_memory_reads_it_there():
     """Given the run's state, the memory keeps no copy: the summary a context makes is returned, the state takes it
     only through its event (as the run records it), and a state read back from a trace is what the memory shows."""
     from miniagi import events as ev
-    from miniagi.state import RunState
 
     state = RunState(objective="count the seals")
     memory = RunMemory(builder=ContextBuilder(COUNTER, 2000), summarizer_counter=COUNTER,

@@ -434,19 +434,19 @@ def test_the_python_api_starts_the_servers_again_for_a_second_run(isolated, tmp_
                            memory_scope="off",
                            mcp_config=(probe_config(tmp_path),)), model=model, quiet=True)
     try:
-        assert agent.run("first").answer == "3" and not agent.services.mcp.running  # stopped with the run
+        assert agent.run("first").answer == "3" and not agent.makings.mcp.running  # stopped with the run
         assert agent.run("second").answer == "7"
         other = Agent(Settings(yes=True, unattended=True, workdir=str(isolated.work), home=str(isolated.home),
                                memory_scope="off"), model=ScriptedModel([]), quiet=True)
         # the tools are this agent's own: no other agent offers them, and the built-in table never holds them
-        assert "probe__add" in agent.services.commands and "probe__add" not in other.services.commands
+        assert "probe__add" in agent.services.protocol.commands and "probe__add" not in other.services.protocol.commands
         assert "probe__add" in agent.services.protocol.describe()
         assert "probe__add" not in other.services.protocol.describe()
         from miniagi.protocols import formats
 
         tools = formats()["tools"]
-        assert "probe__add" in json.dumps(tools.offering(agent.services.commands).request())
-        assert "probe__add" not in json.dumps(tools.offering(other.services.commands).request())
+        assert "probe__add" in json.dumps(tools.offering(agent.services.protocol.commands).request())
+        assert "probe__add" not in json.dumps(tools.offering(other.services.protocol.commands).request())
         assert "probe__add" not in json.dumps(tools.request())
     finally:
         agent.close()

@@ -16,8 +16,9 @@ from memory.store import MemoryItem, VectorMemory
 from memory.tokens import counter_for
 from miniagi import Agent, OpenAIModel, Settings
 from miniagi.config import Endpoint
+from miniagi.state import RunState
 
-from .conftest import MEMORY_ON, act, run_dirs
+from .conftest import MEMORY_ON, act, run_context, run_dirs
 from .fake_llm import Stream, Wait
 
 COUNTER = counter_for("gpt-4o-mini")
@@ -233,12 +234,11 @@ def test_a_summary_over_its_cap_is_condensed_never_cut_and_says_what_moved_out(i
 
     builder = ContextBuilder(COUNTER, 3000)
     memory = RunMemory(builder=builder, summarizer_counter=COUNTER, ask_summarizer=ask, store=None, scope="global",
-                       run_id="r", objective="objective")
+                       run_id="r", state=RunState(objective="objective"))
     steps = [StepRecord(i, f"t{i}", "execute_shell", "ls", "output line\n" * 150) for i in range(1, 30)]
     for number in range(2, 30):
-        context, folded = memory.context(system="system", steps=steps[:number - 1], next_step=number, alerts="")
+        context, folded = run_context(memory, system="system", steps=steps[:number - 1], next_step=number, alerts="")
         assert context.tokens <= 3000
-        memory.state.summary = memory.summary
     condensing = [p for p in prompts if p.startswith("This summary")]
     assert condensing and all(re.search(r"at most \d+ words", p) for p in condensing)
     summary = memory.summary.text
@@ -331,7 +331,7 @@ def test_a_memorize_thoughts_step_leaves_only_its_note_in_the_store(llm, isolate
     llm.add(act("memorize_thoughts", "The gate code is 5521."), act("execute_shell", "echo checked"),
             act("done", "5521"))
     result = agent.run("Find the gate code")
-    ids = set(agent.services.vectors.collection.get(where={"run": result.run_id}, include=[])["ids"])
+    ids = set(agent.makings.vectors.collection.get(where={"run": result.run_id}, include=[])["ids"])
     run = result.run_id
     assert f"{run}:note:1" in ids and f"{run}:step:2" in ids and f"{run}:step:1" not in ids
 
@@ -356,15 +356,16 @@ def test_recall_finds_an_out_of_view_step_the_writer_has_not_written_yet_without
     run is found while its write still lingers, and recall neither flushes nor waits for it."""
     import memory.store as store_module
     from memory.context import ContextBuilder, StepRecord, Summary
-    from memory.run_memory import Held, RunMemory
+    from memory.run_memory import RunMemory
 
     monkeypatch.setattr(store_module, "WRITE_LINGER_S", 600.0)  # the writer holds its batch: nothing is written
     store = VectorMemory(tmp_path / "memory", EMBEDDER)
     store.add([MemoryItem("old:step:1", "Unrelated: the cafeteria serves soup on Tuesdays", "old", "step", 1)])
     builder = ContextBuilder(COUNTER, 4000)
     memory = RunMemory(builder=builder, summarizer_counter=COUNTER, ask_summarizer=lambda prompt: "unused",
-                       store=store, scope="run", run_id="r", objective="Open the vault")
-    memory.state = Held("Open the vault", "", Summary("The agent read a memo, then weather reports.", 3))
+                       store=store, scope="run", run_id="r",
+                       state=RunState(objective="Open the vault",
+                                      summary=Summary("The agent read a memo, then weather reports.", 3)))
     steps = [StepRecord(1, "read the security memo", "execute_python", "print(memo)",
                         "Security memo: the vault code is PLUM-4471."),
              *[StepRecord(i, f"print weather report {i}", "execute_python", "print(w)", f"Weather {i}: cloudy.")
@@ -479,7 +480,7 @@ def test_steps_a_summary_will_take_out_of_view_are_embedded_while_the_model_is_a
     staying in view are left to the writer."""
     import memory.store as store_module
     from memory.context import ContextBuilder, StepRecord, Summary
-    from memory.run_memory import Held, Preparation, RunMemory
+    from memory.run_memory import Preparation, RunMemory
 
     monkeypatch.setattr(store_module, "WRITE_LINGER_S", 600.0)  # nothing is written: everything stays pending
     monkeypatch.setattr(VectorMemory, "_ready_soon", lambda self, queued: None)  # nor embedded by the writer
@@ -487,8 +488,7 @@ def test_steps_a_summary_will_take_out_of_view_are_embedded_while_the_model_is_a
     store.add([MemoryItem("old:step:1", "An older run read the gauges", "old", "step", 1)])
     memory = RunMemory(builder=ContextBuilder(COUNTER, 4000), summarizer_counter=COUNTER,
                        ask_summarizer=lambda prompt: "unused", store=store, scope="run", run_id="r",
-                       objective="Read the gauges")
-    memory.state = Held("Read the gauges", "", Summary("Gauges 1-2 were read.", 2))
+                       state=RunState(objective="Read the gauges", summary=Summary("Gauges 1-2 were read.", 2)))
     steps = [StepRecord(i, f"read gauge {i}", "execute_python", "print(g)", f"gauge {i}: {40 + i} kPa")
              for i in range(1, 7)]
     for record in steps:

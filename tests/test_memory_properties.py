@@ -18,6 +18,9 @@ from memory.context import MESSAGE_OVERHEAD, REPLY_PRIMING, ContextBuilder, Step
 from memory.run_memory import RunMemory
 from memory.tokens import counter_for
 from miniagi.prompts import system_prompt
+from miniagi.state import RunState
+
+from .conftest import run_context
 
 COUNTER = counter_for("gpt-4o-mini")
 SYSTEM = system_prompt("/tmp/work")
@@ -45,7 +48,8 @@ def prompt_tokens(messages: list[dict]) -> int:
 
 def new_memory(budget: int, summary: Summary = Summary()) -> RunMemory:
     memory = RunMemory(builder=ContextBuilder(COUNTER, budget), summarizer_counter=COUNTER, ask_summarizer=faithful,
-                       store=None, scope="run", run_id="r", objective="Read the log parts and keep what matters")
+                       store=None, scope="run", run_id="r",
+                       state=RunState(objective="Read the log parts and keep what matters"))
     memory.state.summary = summary
     return memory
 
@@ -95,12 +99,12 @@ def test_notes_stay_whole_every_step_is_in_view_or_summarized_and_the_budget_hol
         if number == resume_at:  # the process ends; a new one rebuilds the memory from what the trace recorded
             memory.settle()
             resumed = new_memory(budget, memory.summary)
-            before, _ = memory.context(system=SYSTEM, steps=steps, next_step=number)
-            after, _ = resumed.context(system=SYSTEM, steps=steps, next_step=number)
+            before, _ = run_context(memory, system=SYSTEM, steps=steps, next_step=number)
+            after, _ = run_context(resumed, system=SYSTEM, steps=steps, next_step=number)
             if not before.reshaped and not after.reshaped:
                 assert after.messages == before.messages  # resume rebuilds the same view
             memory = resumed
-        context, _ = memory.context(system=SYSTEM, steps=steps, next_step=number)
+        context, _ = run_context(memory, system=SYSTEM, steps=steps, next_step=number)
         check(context.messages, steps, memory, budget)
         if number <= len(shapes):
             steps.append(make_step(number, *shapes[number - 1]))
@@ -117,10 +121,10 @@ def test_notes_that_outgrow_their_share_go_into_a_digest_the_prompt_names_and_th
 
     budget = 2500
     memory = RunMemory(builder=ContextBuilder(COUNTER, budget), summarizer_counter=COUNTER, ask_summarizer=ask,
-                       store=None, scope="run", run_id="r", objective="Keep notes")
+                       store=None, scope="run", run_id="r", state=RunState(objective="Keep notes"))
     steps = [make_step(n, 300, 0.5, 40 if n % 2 else 0) for n in range(1, 31)]  # a long note every other step
     for number in range(1, 32):
-        context, _ = memory.context(system=SYSTEM, steps=steps[:number - 1], next_step=number)
+        context, _ = run_context(memory, system=SYSTEM, steps=steps[:number - 1], next_step=number)
         assert prompt_tokens(context.messages) <= budget
     head = context.messages[1]["content"]
     summary = memory.summary
@@ -216,7 +220,7 @@ def faithful_asks(budget: int, prompts: list[str]) -> Callable[[str], str]:
 def shaped_memory(budget: int, prompts: list[str], summary: Summary = Summary()) -> RunMemory:
     memory = RunMemory(builder=ContextBuilder(COUNTER, budget), summarizer_counter=COUNTER,
                        ask_summarizer=faithful_asks(budget, prompts), store=None, scope="run", run_id="r",
-                       objective="Read the outputs and keep what matters")
+                       state=RunState(objective="Read the outputs and keep what matters"))
     memory.state.summary = summary
     return memory
 
@@ -247,7 +251,7 @@ def test_whatever_the_outputs_shape_every_earlier_fact_is_in_view_or_in_the_summ
         if number == resume_at:  # the process ends; a new one rebuilds the memory from what the trace recorded
             memory.settle()
             memory = shaped_memory(budget, prompts, memory.summary)
-        context, _ = memory.context(system=SYSTEM, steps=steps, next_step=number)
+        context, _ = run_context(memory, system=SYSTEM, steps=steps, next_step=number)
         check(context.messages, steps, memory, budget, shaped_fact)
         text = "\n".join(message_text(m) for m in context.messages)
         assert "IN BRIEF" not in text and "see the summary" not in text
@@ -266,7 +270,7 @@ def test_a_step_too_big_for_one_summarizer_call_reaches_it_whole_in_overlapping_
     memory = shaped_memory(budget, prompts)
     steps = [shaped_step(n, "inline", 2400, "anywhere", 0, rng) for n in range(1, 5)]
     for number in range(1, 6):
-        context, _ = memory.context(system=SYSTEM, steps=steps[:number - 1], next_step=number)
+        context, _ = run_context(memory, system=SYSTEM, steps=steps[:number - 1], next_step=number)
         check(context.messages, steps[:number - 1], memory, budget, shaped_fact)
     memory.settle()
     parts = [p for p in prompts if re.search(r"\[step \d+, part \d+ of \d+\]", p)]
@@ -289,14 +293,14 @@ def test_the_loop_waits_for_the_summary_being_prepared_and_says_so():
         return faithful_ask(prompt)
 
     memory = RunMemory(builder=ContextBuilder(COUNTER, 3000), summarizer_counter=COUNTER, ask_summarizer=slow,
-                       store=None, scope="run", run_id="r", objective="Read the outputs")
+                       store=None, scope="run", run_id="r", state=RunState(objective="Read the outputs"))
     memory.notify = said.append
     rng = random.Random(3)
     steps: list[StepRecord] = []
     for number in range(1, 12):
         if number > 2 and memory.preparing is not None and not said:
             threading.Timer(0.2, release.set).start()  # the summary comes after the loop has begun to wait
-        context, _ = memory.context(system=SYSTEM, steps=steps, next_step=number)
+        context, _ = run_context(memory, system=SYSTEM, steps=steps, next_step=number)
         check(context.messages, steps, memory, 3000, shaped_fact)
         steps.append(shaped_step(number, "table", 400, "middle", 0, rng))
         if said:
@@ -319,7 +323,7 @@ def test_no_summarizer_call_starts_once_the_run_has_ended():
         return "The agent read outputs."
 
     memory = RunMemory(builder=ContextBuilder(COUNTER, 2500), summarizer_counter=COUNTER, ask_summarizer=slow,
-                       store=None, scope="run", run_id="r", objective="Read the outputs")
+                       store=None, scope="run", run_id="r", state=RunState(objective="Read the outputs"))
     rng = random.Random(5)
     # steps big enough that the one summary prepared takes several calls
     steps = [shaped_step(n, "inline", 1400, "middle", 0, rng) for n in range(1, 3)]
@@ -342,7 +346,8 @@ def told_words(prompt: str) -> int:
 def value_notes_memory(ask) -> tuple[RunMemory, list[StepRecord]]:
     """A run whose notes are lists of values (names and numbers run ~2.5 tokens a word), one every other step."""
     memory = RunMemory(builder=ContextBuilder(COUNTER, 3000), summarizer_counter=COUNTER, ask_summarizer=ask,
-                       store=None, scope="run", run_id="r", objective="Compute the values the notes ask for")
+                       store=None, scope="run", run_id="r",
+                       state=RunState(objective="Compute the values the notes ask for"))
     steps = []
     for n in range(1, 41):
         if n % 2:
@@ -373,7 +378,7 @@ def test_a_digest_of_values_within_the_words_it_was_told_is_kept_whole():
 
     memory, steps = value_notes_memory(ask)
     for number in range(1, len(steps) + 2):
-        context, _ = memory.context(system=SYSTEM, steps=steps[:number - 1], next_step=number)
+        context, _ = run_context(memory, system=SYSTEM, steps=steps[:number - 1], next_step=number)
         assert prompt_tokens(context.messages) <= 3000
     assert digests and memory.summary.notes_digest == digests[-1]  # whole: not cut
     head = context.messages[1]["content"]
@@ -391,7 +396,7 @@ def test_a_digest_over_its_limit_in_one_sentence_keeps_its_newest_part_and_says_
 
     memory, steps = value_notes_memory(ask)
     for number in range(1, len(steps) + 2):
-        context, _ = memory.context(system=SYSTEM, steps=steps[:number - 1], next_step=number)
+        context, _ = run_context(memory, system=SYSTEM, steps=steps[:number - 1], next_step=number)
         assert prompt_tokens(context.messages) <= 3000
     digest = memory.summary.notes_digest
     assert digest.startswith("Moved out (use recall to get them back): ")

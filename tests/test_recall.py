@@ -18,8 +18,9 @@ from memory.run_memory import RunMemory
 from memory.tokens import counter_for
 from miniagi import Agent, OpenAIModel, Settings
 from miniagi.config import Endpoint
+from miniagi.state import RunState
 
-from .conftest import act, run_dirs
+from .conftest import act, run_context, run_dirs
 from .fake_llm import Calls
 
 COUNTER = counter_for("gpt-4o-mini")
@@ -127,7 +128,8 @@ def test_any_fact_printed_at_any_step_is_returned_whole_by_recall(tmp_path_facto
     steps = data.draw(st.integers(1, 40), label="steps")
     archive = Archive(tmp_path_factory.mktemp("run") / "archive.sqlite", "r1")
     memory = RunMemory(builder=ContextBuilder(COUNTER, Budget(context=3000)), summarizer_counter=COUNTER,
-                       ask_summarizer=lambda prompt: "", store=None, scope="run", run_id="r1", archive=archive)
+                       ask_summarizer=lambda prompt: "", store=None, scope="run", run_id="r1", archive=archive,
+                       state=RunState())
     printed = {}
     for step in range(1, steps + 1):
         code = f"{data.draw(CODES, label='code')}-{step}"
@@ -200,7 +202,8 @@ def test_recalled_items_carry_their_step_never_repeat_the_prompt_and_never_pass_
     store = VectorMemory(folder / "memory", WordsEmbedder())
     archive = Archive(folder / "archive.sqlite", "r1")
     memory = RunMemory(builder=ContextBuilder(COUNTER, budget), summarizer_counter=COUNTER, ask_summarizer=summarize,
-                       store=store, scope="run", run_id="r1", archive=archive, objective="Keep the codes current")
+                       store=store, scope="run", run_id="r1", archive=archive,
+                       state=RunState(objective="Keep the codes current"))
     if by_words:  # a store that holds nothing for the run: recall goes by the archive's words, no model loaded
         memory.defer_vectors()
     system, steps = system_prompt("/tmp/work"), []
@@ -208,7 +211,7 @@ def test_recalled_items_carry_their_step_never_repeat_the_prompt_and_never_pass_
         steps.append(changing_step(number, kind, subject, value, filler))
         notes = [memory.item("note", note, number) for note in steps[-1].notes]
         memory.remember(*memory.step_items(steps[-1]), *notes)
-        context, _ = memory.context(system=system, steps=steps, next_step=number + 1)
+        context, _ = run_context(memory, system=system, steps=steps, next_step=number + 1)
         memory.settle()
         if not memory.last_recalled:
             continue

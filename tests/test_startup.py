@@ -187,15 +187,15 @@ def test_a_program_using_the_python_api_gets_its_runs_memories_stored_not_journa
     that goes on finds them stored when run() returns (and no thread of ours is left loading chromadb)."""
     agent, _ = first_request_agent(llm, isolated, memory_scope="workdir")
     gate = GatedEmbedder()
-    agent.services.vectors.embedder = gate
-    flush = agent.services.vectors.flush
+    agent.makings.vectors.embedder = gate
+    flush = agent.makings.vectors.flush
 
     def flush_then_open():  # the run's end: from here on the writer may load
         gate.gate.set()
         flush()
 
-    agent.services.vectors.flush = flush_then_open
+    agent.makings.vectors.flush = flush_then_open
     llm.add(act("done", "42"))
     assert agent.run("What is six times seven?").status == "done"
     assert gate.gate.is_set() and not list((isolated.home / "memory" / "journal").glob("*"))
-    assert agent.services.vectors.count({"workdir": str(isolated.work)}) == 2  # the objective and the answer
+    assert agent.makings.vectors.count({"workdir": str(isolated.work)}) == 2  # the objective and the answer

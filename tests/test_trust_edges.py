@@ -144,13 +144,15 @@ def test_a_journal_is_split_on_newlines_only_redacted_again_and_kept_to_its_runs
         item("j-key", "zebra: the key is sk-test-key-123456"),
         item("j-far", "zebra planted elsewhere", workdir="/elsewhere"),
         item("j-none", "zebra from no run", run_id="20990101-000000-abcdef"),
-        item("j-path", "zebra from a path", run_id="../../etc")]) + "\n", encoding="utf-8")
+        item("j-path", "zebra from a path", run_id="../../etc"),
+        '["zebra", "not an item"]', "", item("j-torn", "zebra torn by a crash")[:40]]) + "\n", encoding="utf-8")
     proc = cli("memory", "search", "zebra", "--all", "--json", "--limit", "20", env=MEMORY_ON, process=True)
     assert proc.returncode == 0, proc.stderr
     hits = {hit["id"]: hit for hit in json.loads(proc.stdout)}
     assert hits["j-sep"]["text"] == "zebra note one\u2028zebra still note one"  # one item, whole
     assert hits["j-far"]["workdir"] == str(isolated.work)  # its run's own, not what it claimed
     assert "j-none" not in hits and "j-path" not in hits and "j-key" in hits
+    assert not any("torn" in hit["text"] or "not an item" in hit["text"] for hit in hits.values())  # skipped
     for path in (isolated.home / "memory").rglob("*"):
         assert not path.is_file() or b"sk-test-key-123456" not in path.read_bytes(), path  # stored redacted
 

@@ -20,6 +20,8 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from memory.jsonl import json_lines
+
 from ..errors import ConfigError
 from ..safefs import append, open_dir
 from .tree import Entry
@@ -81,14 +83,15 @@ class Store:
         except FileNotFoundError:
             return
         with os.fdopen(descriptor, "rb") as log:
-            for line in log:
-                self._torn = not line.endswith(b"\n")
-                try:
-                    record = Record.from_json(json.loads(line))
-                except (ValueError, KeyError, TypeError, AttributeError):
-                    continue  # torn by a crash mid-write
-                self.records.append(record)
-                self.index.update(record.blobs)
+            data = log.read()
+        self._torn = bool(data) and not data.endswith(b"\n")
+        for value in json_lines(data.split(b"\n")):  # a line torn by a crash mid-write is skipped
+            try:
+                record = Record.from_json(value)
+            except (ValueError, KeyError, TypeError, AttributeError):
+                continue  # not a record
+            self.records.append(record)
+            self.index.update(record.blobs)
 
     # --- writing ----------------------------------------------------------------------------------------------
     def _open_blobs(self) -> int:

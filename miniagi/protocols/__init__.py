@@ -41,14 +41,22 @@ if TYPE_CHECKING:
 
     from ..model import Completion
 
-EXAMPLE_OBJECTIVE = "How many days are there from 2024-03-01 to 2024-12-25?"
-EXAMPLE_THOUGHT = "Python's datetime can count them."
-EXAMPLE_CODE = "from datetime import date\n(date(2024, 12, 25) - date(2024, 3, 1)).days"
-EXAMPLE_RESULT = "299"
-EXAMPLE_LAST_THOUGHT = "That answers it."
-EXAMPLE_ANSWER = "There are 299 days from 2024-03-01 to 2024-12-25."
-# a filled-in action for format errors: not a placeholder a model could copy, and not a plausible first step
-EXAMPLE_FIX = ("I want to know which Python version is installed.", "execute_shell", "python3 --version")
+@dataclass(frozen=True)
+class Example:
+    """The worked example every format's description shows, each in its own shape."""
+
+    objective: str = "How many days are there from 2024-03-01 to 2024-12-25?"
+    thought: str = "Python's datetime can count them."
+    code: str = "from datetime import date\n(date(2024, 12, 25) - date(2024, 3, 1)).days"
+    result: str = "299"
+    last_thought: str = "That answers it."
+    answer: str = "There are 299 days from 2024-03-01 to 2024-12-25."
+    # a filled-in action for format errors: not a placeholder a model could copy, and not a plausible first step
+    fix: tuple[str, str, str] = ("I want to know which Python version is installed.", "execute_shell",
+                                 "python3 --version")
+
+
+EXAMPLE = Example()
 
 
 @dataclass(frozen=True)

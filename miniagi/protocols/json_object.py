@@ -9,22 +9,7 @@ import json
 import re
 
 from ..commands import Command
-from . import (
-    EXAMPLE_ANSWER,
-    EXAMPLE_CODE,
-    EXAMPLE_FIX,
-    EXAMPLE_LAST_THOUGHT,
-    EXAMPLE_OBJECTIVE,
-    EXAMPLE_RESULT,
-    EXAMPLE_THOUGHT,
-    Decision,
-    MalformedReply,
-    Partial,
-    ReplyFormat,
-    call_arguments,
-    json_string_so_far,
-    lenient_json,
-)
+from . import EXAMPLE, Decision, MalformedReply, Partial, ReplyFormat, call_arguments, json_string_so_far, lenient_json
 
 _ARG_SO_FAR = re.compile(r'"args?"\s*:\s*(?:\{\s*"[^"\\]*"\s*:\s*)?"')  # the first argument's string value
 
@@ -36,7 +21,7 @@ def action_object(thought: str, command: str, args: dict) -> str:
 class JsonFormat(ReplyFormat):
     name = "json"
     how = ("Reply with exactly one JSON object and nothing else, for example:\n"
-           + action_object(EXAMPLE_FIX[0], EXAMPLE_FIX[1], {"command_line": EXAMPLE_FIX[2]}))
+           + action_object(EXAMPLE.fix[0], EXAMPLE.fix[1], {"command_line": EXAMPLE.fix[2]}))
 
     def request(self) -> dict:
         return self._request
@@ -99,17 +84,17 @@ class JsonFormat(ReplyFormat):
 
     def describe(self) -> str:
         commands = "\n".join(f"- {c.signature(returns=False)}: {c.doc}" for c in self.commands.actions())
-        first = action_object(EXAMPLE_THOUGHT, "execute_python", {"code": EXAMPLE_CODE})
-        last = action_object(EXAMPLE_LAST_THOUGHT, "done", {"answer": EXAMPLE_ANSWER})
+        first = action_object(EXAMPLE.thought, "execute_python", {"code": EXAMPLE.code})
+        last = action_object(EXAMPLE.last_thought, "done", {"answer": EXAMPLE.answer})
         return f"""Reply with ONE action: one JSON object, nothing else:
 {{"thought": "your reasoning, briefly", "command": "a command's name", "args": {{its arguments by name}}}}
 
 Commands:
 {commands}
 
-Example, for another objective ("{EXAMPLE_OBJECTIVE}"). Your reply:
+Example, for another objective ("{EXAMPLE.objective}"). Your reply:
 {first}
-The next message: Observation (step 1): {EXAMPLE_RESULT}
+The next message: Observation (step 1): {EXAMPLE.result}
 Your next reply:
 {last}
 

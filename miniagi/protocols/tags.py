@@ -8,19 +8,7 @@ import re
 import textwrap
 
 from ..commands import Command
-from . import (
-    EXAMPLE_ANSWER,
-    EXAMPLE_CODE,
-    EXAMPLE_FIX,
-    EXAMPLE_LAST_THOUGHT,
-    EXAMPLE_OBJECTIVE,
-    EXAMPLE_RESULT,
-    EXAMPLE_THOUGHT,
-    Decision,
-    MalformedReply,
-    Partial,
-    ReplyFormat,
-)
+from . import EXAMPLE, Decision, MalformedReply, Partial, ReplyFormat
 
 __all__ = ["FORMAT"]
 
@@ -41,7 +29,7 @@ def action_text(thought: str, command: str, arg: str) -> str:
 
 
 HOW = ("Reply with exactly one action: your reasoning in <r>…</r>, a command name in <c>…</c>, then its argument. "
-       f"For example:\n{action_text(*EXAMPLE_FIX)}")
+       f"For example:\n{action_text(*EXAMPLE.fix)}")
 
 
 def parse_reply(reply: str, reply_format: ReplyFormat | None = None) -> Decision:
@@ -136,11 +124,11 @@ its argument (it may span lines; code needs no fence)
 Commands:
 {commands}
 
-Example, for another objective ("{EXAMPLE_OBJECTIVE}"). Your reply:
-{action_text(EXAMPLE_THOUGHT, "execute_python", EXAMPLE_CODE)}
-The next message: Observation (step 1): {EXAMPLE_RESULT}
+Example, for another objective ("{EXAMPLE.objective}"). Your reply:
+{action_text(EXAMPLE.thought, "execute_python", EXAMPLE.code)}
+The next message: Observation (step 1): {EXAMPLE.result}
 Your next reply:
-{action_text(EXAMPLE_LAST_THOUGHT, "done", EXAMPLE_ANSWER)}
+{action_text(EXAMPLE.last_thought, "done", EXAMPLE.answer)}
 
 When the objective is achieved, reply with done and the complete final answer."""
 

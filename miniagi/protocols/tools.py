@@ -9,10 +9,7 @@ import re
 
 from ..commands import Command
 from . import (
-    EXAMPLE_ANSWER,
-    EXAMPLE_CODE,
-    EXAMPLE_OBJECTIVE,
-    EXAMPLE_RESULT,
+    EXAMPLE,
     Decision,
     MalformedReply,
     Partial,
@@ -88,9 +85,9 @@ class ToolsFormat(ReplyFormat):
     def describe(self) -> str:
         return (f"Act by calling exactly ONE tool per reply, with your reasoning, briefly, as the message text. The "
                 f"tool's result comes back as the next message, before your next step.\n\nExample, for another "
-                f"objective (\"{EXAMPLE_OBJECTIVE}\"): you call {call_text('execute_python', {'code': EXAMPLE_CODE})}; "
-                f"the tool's message says: Observation (step 1): {EXAMPLE_RESULT}; you call "
-                f"{call_text('done', {'answer': EXAMPLE_ANSWER})}.\n\n"
+                f"objective (\"{EXAMPLE.objective}\"): you call {call_text('execute_python', {'code': EXAMPLE.code})}; "
+                f"the tool's message says: Observation (step 1): {EXAMPLE.result}; you call "
+                f"{call_text('done', {'answer': EXAMPLE.answer})}.\n\n"
                 "When the objective is achieved, call done with answer: the complete final answer.")
 
     def raw_reply(self, completion) -> str:

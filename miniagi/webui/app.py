@@ -28,11 +28,11 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from .. import events as ev
-from ..checkpoints import summary as files_summary
 from ..checkpoints.history import changes_text
 from ..config import ConfigError
 from ..report import cache_rate, folder, started, took
 from ..run_store import STATUSES, RunStore
+from ..text import files_changed_line
 from .auth import TokenCheck, csrf_value, new_token
 from .batches import batch_routes
 from .context import UIContext
@@ -115,7 +115,7 @@ def create_app(home: Path, redact=lambda text: text, host: str = "127.0.0.1", to
     templates.globals.update(highlight=highlight, fold_lines=FOLD_LINES, cache_rate=cache_rate, csrf=csrf_value(token),
                              folder=folder, started=started, took=took,
                              workdirs=bench.workdirs, protocols=PROTOCOLS, rate_min_s=RATE_MIN_S)
-    templates.globals["files_summary"] = files_summary  # a step's line: "2 files changed: a.txt, d.txt (new)"
+    templates.globals["files_summary"] = files_changed_line  # a step's line: "2 files changed: a.txt, d.txt (new)"
     templates.filters["redact"] = lambda text: redact(str(text)) if text is not None else ""
     templates.filters["markdown"] = markdown
     ui = UIContext(Path(home), store, bench, templates, token, redact)
@@ -203,7 +203,7 @@ def run_diff(ui: UIContext, request: Request):
     except (ConfigError, ValueError) as exc:
         return ui.refused(404, str(exc))
     return ui.page("diff.html", run_id=record.run_id, step=step, diff=diff,
-                   line=files_summary(files) if files else "no files changed")
+                   line=files_changed_line(files) if files else "no files changed")
 
 
 def memory_page(ui: UIContext, request: Request):
