@@ -128,6 +128,8 @@ def test_a_follow_up_reads_as_one_conversation(llm, isolated, bench, browser):
     browser.get(f"{bench}/?token={bench.token}")
     first = start(browser, bench, "What is six times seven?", yes=True)
     wait_for(lambda: status(browser) == "done", "the first run ends")
+    # the status and the answer come in one poll's reply; under load the page may still be laying it out
+    wait_for(lambda: "The answer is" in text_of(browser, "answer"), "the answer shows")
     answer = text_of(browser, "answer")
     assert "The answer is 42." in answer and answer.count("The answer is") == 1, (
         browser.execute_script("return document.getElementById('answer').outerHTML"),
