@@ -42,6 +42,7 @@ OBJECTIVE_REFRESH = 8  # steps between lookups of what is near the objective
 QUERY_ARG_CHARS = 80  # of a command's argument, in what recall asks about a step (not for code)
 LOOKUP_IDLE_S = 10.0  # the lookup thread (recall's prefetch) ends after this long without work
 WORD_RECALLED = frozenset({"step", "search", "document", "answer"})  # what recall by words brings back
+EARLIER_RECALLED = WORD_RECALLED | {"note"}  # of an earlier run (this run's notes are in view)
 
 
 @dataclass(frozen=True)
@@ -227,15 +228,16 @@ class AutoRecall:
         self._shown: dict[str, tuple[int, frozenset]] = {}  # recalled item → the request that last showed it, and
         # the words of the question that found it then
         self.failure = ""  # why the vector store was turned off mid-run, for the run to report
-        self.deferred = False  # the store holds nothing this run could recall: its vectors are kept back
+        self.deferred = False  # recall goes by words: the run's vectors are kept back (RunMemory.defer_vectors)
+        self._earlier: list[Archive] | None = None  # earlier runs' archives in scope, opened once
 
     @property
     def objective(self) -> str:
         return self._objective()
 
     def recall(self, steps: list[StepRecord], room: int, shown: str) -> list[Recalled]:
-        """What earns its room in this prompt's tail: from the vector store, or while its vectors are kept back
-        (`deferred`: the store holds nothing this run could recall), this run's steps out of view by their words."""
+        """What earns its room in this prompt's tail: while the run's vectors are kept back (`deferred`), by words
+        from the archives; once the store is needed (an ingest, the recall command), from the vector store."""
         if room < MIN_ITEM_TOKENS:
             return []
         if self.deferred:
@@ -250,26 +252,43 @@ class AutoRecall:
             return []
 
     def _recall_by_words(self, steps: list[StepRecord], room: int, shown: str) -> list[Recalled]:
-        """This run's items out of view that hold, in one line of their output (not the step's own thought or
-        command), at least half of the words of what the agent does now (two at least): found by the archive, no
-        model loaded."""
+        """Items that hold, in one line of their output (not a step's own thought or command), at least half of the
+        words of what the agent does now (two at least; before the first step, of the objective): this run's out of
+        view, and earlier runs' (`scope`: of this work directory, or any), found by the archives, no model loaded.
+        Best first: the most of those words in one line, this run's before earlier ones at equal coverage."""
         archive = self.archive()
-        if archive is None or not steps:
+        if archive is None:
             return []
-        latest = steps[-1]
-        now = self._now(latest.thought, latest.command, latest.arg)
+        now = self._now(steps[-1].thought, steps[-1].command, steps[-1].arg) if steps else self.objective
         wanted = [words_of(phrase) for phrase in query_phrases(now)]
         need = max(2, (len(wanted) + 1) // 2)
-        hits = [Hit(found.id, found.text, {"run": found.run, "kind": found.kind, "step": found.step,
-                                           "source": found.source}, 0.0)
-                for found in archive.search(now, RECALL_CANDIDATES, through=self.view()[0])
-                if found.kind in WORD_RECALLED and line_coverage(fact_text(found.kind, found.text), wanted) >= need]
+        found = [item for item in (archive.search(now, RECALL_CANDIDATES, through=self.view()[0]) if steps else [])
+                 if item.kind in WORD_RECALLED]
+        for earlier in self._earlier_archives():
+            found.extend(item for item in earlier.search(now, RECALL_CANDIDATES) if item.kind in EARLIER_RECALLED)
+        covered = [(line_coverage(fact_text(item.kind, item.text), wanted), item) for item in found]
+        hits = [Hit(item.id, item.text, {"run": item.run, "kind": item.kind, "step": item.step,
+                                         "source": item.source}, 0.0)
+                for coverage, item in sorted(covered, key=lambda pair: -pair[0]) if coverage >= need]
         flat, words = " ".join(shown.split()), terms_of_lines(shown)
         hits = [hit for hit in hits if not self._item_in_view(hit) and " ".join(hit.text.split()) not in flat
                 and novelty(hit.text, words) >= NOVELTY]
         self._requests += 1
         return self._choose(hits, f"{now}\n{self.objective}", steps, room, flat, words, {hit.id for hit in hits},
                             frozenset(terms(now)))
+
+    def _earlier_archives(self) -> list[Archive]:
+        """Earlier runs' archives that recall by words searches (by `scope`), found and opened once a run."""
+        if self._earlier is None:
+            self._earlier = [] if self.scope not in ("workdir", "global") or self.runs_root is None else \
+                earlier_archives(Path(self.runs_root), self.run_id, self.workdir if self.scope == "workdir" else None,
+                                 EARLIER_RUNS)
+        return self._earlier
+
+    def close(self) -> None:
+        for archive in self._earlier or []:
+            archive.close()
+        self._earlier = None
 
     @property
     def recall_filter(self) -> dict | None:
