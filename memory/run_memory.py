@@ -132,6 +132,7 @@ class RunMemory:
         self.notify = notify
         self._failure = ""  # why the archive was turned off mid-run
         self._deferred: list[MemoryItem] | None = None  # items kept back from the store (see defer_vectors)
+        self._store_holds = False  # while they are: whether the store may hold items this run could recall
         self.archive = archive
         self.runs_root = runs_root
 
@@ -140,13 +141,15 @@ class RunMemory:
         """The vector store recall searches and the run's items go to (None: off, or turned off by a failure)."""
         return self.recaller.store
 
-    def defer_vectors(self) -> None:
+    def defer_vectors(self, store_holds: bool = False) -> None:
         """Automatic recall goes by words (this run's archive, and earlier runs' by scope: a keyword index needs no
         model): the run's items are kept back from the store (chromadb and the embedder stay unloaded) and written
-        to its journal at the end, for later runs. What needs meaning brings the store in (`vectors_needed`): the
-        recall command (words and meaning), an ingest."""
+        to its journal at the end, for later runs. What needs meaning brings the store in (`vectors_needed`): an
+        ingest, and the recall command when the store may hold items this run could recall (`store_holds`, known
+        without opening it); in a store that holds none, the command goes by words too."""
         if self.store is not None:
             self._deferred = []
+            self._store_holds = store_holds
             self.recaller.deferred = True
 
     def vectors_needed(self) -> None:
@@ -440,8 +443,9 @@ class RunMemory:
         """The recall command: what the archive (by words) and the vector store (by meaning) hold for `query`."""
         if self.archive is None:
             return "recall is unavailable: this run's archive could not be written."
-        self.vectors_needed()  # by meaning too: the store is loaded now, and this run's items go to it
-        store = self.store
+        if self._deferred is not None and self._store_holds:  # recall by meaning too: the store is loaded now
+            self.vectors_needed()
+        store = None if self._deferred is not None else self.store  # kept back: words alone, no model loaded
         embedder = store.embedder if store is not None else None
         return Recaller(self.archive, store, scope=self.scope, workdir=self.workdir, runs_root=self.runs_root,
                         counter=self.counter, where=self.recall_filter,

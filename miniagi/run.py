@@ -203,7 +203,7 @@ class Run:
             # (the archives are this machine's); it loads in a thread while the first prompt is measured
             threading.Thread(target=store.warm, name="memory-warm", daemon=True).start()
         else:  # automatic recall goes by words (the archives): chromadb and the embedder load only for meaning
-            self.memory.defer_vectors()
+            self.memory.defer_vectors(store_holds=self.store_might_hold())
         return objective
 
     def finish(self, ending: Ending, answer: str | None) -> RunResult:

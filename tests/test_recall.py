@@ -252,7 +252,7 @@ def test_an_earlier_runs_items_recalled_by_words_carry_their_run_and_step_and_ne
                        ask_summarizer=lambda prompt: "The agent read parts.", scope="workdir", run_id="r1",
                        workdir="/work", store=VectorMemory(runs.parent / "memory", WordsEmbedder()), archive=archive,
                        runs_root=runs, objective="Keep the codes current")
-    memory.defer_vectors()
+    memory.defer_vectors(store_holds=True)
     system, steps = system_prompt("/tmp/work"), []
     for number, (kind, subject, value, filler) in enumerate(shape, start=1):
         # asking about the subject: an earlier run's line stating it holds the words of the question
