@@ -27,8 +27,8 @@ and the summarizer keeps to the words it is told (the newest facts first, then a
 Automatic recall is measured item by item: a duplicate shows a fact or note the request holds elsewhere already; a
 stale item shows a door code a later step replaced, unlabelled. --warm measures a second run of the scenario in the
 same home, whose recall searches the store's vectors (a first run in a new home recalls by words). --price measures
-memory on against memory off over the same 30 steps, memory on both in a new home and as a second run in the same
-home: the run's CPU time and peak RSS (os.wait4 on the child process).
+memory on against memory off over the same 30 steps: the run's CPU time and peak RSS (os.wait4 on the child
+process).
 
     python scripts/bench_long.py                               # budgets 3000 and 8000, the tags protocol
     python scripts/bench_long.py --steps 300 --protocols tags,json
@@ -389,12 +389,11 @@ def main() -> None:
     parser.add_argument("--warm", action="store_true",
                         help="measure a second run of the scenario in the same home (recall from the store's vectors)")
     parser.add_argument("--price", action="store_true",
-                        help="memory on vs off over the same 30 steps (on: in a new home, and a second run in the same "
-                             "home): the run's CPU time and peak RSS")
+                        help="memory on vs off over the same 30 steps: the run's CPU time and peak RSS")
     args = parser.parse_args()
     if args.price:
         STEPS = 30
-        for scope, warm in (("off", False), ("global", False), ("global", True)):
+        for scope, warm in (("off", False), ("global", False), ("global", True)):  # on: a new home, a second run
             f = measure(8000, "tags", ROOT, memory=scope, warm=warm)
             print(f"memory {scope:>6}{', second run' if warm else ''}: CPU {f['cpu']:.2f} s, peak RSS "
                   f"{f['rss_mb']:.0f} MB ({f['steps']} steps)", flush=True)
