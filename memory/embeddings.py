@@ -15,9 +15,10 @@ import json
 import os
 import threading
 from importlib import resources
-from typing import Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
 
-import numpy as np
+if TYPE_CHECKING:  # numpy is imported when something is embedded: a run that recalls by words never loads it
+    import numpy as np
 
 MAX_TOKENS = 256  # what the model was trained with
 BATCH = 32
@@ -87,6 +88,8 @@ class MiniLMEmbedder:
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """L2-normalized mean-pooled sentence embeddings, one row per text."""
+        import numpy as np
+
         with self._lock:
             if self._session is None:
                 self._load()
@@ -112,6 +115,8 @@ class MiniLMEmbedder:
         return result
 
     def _embed_batch(self, session, texts: list[str]) -> np.ndarray:
+        import numpy as np
+
         encodings = self._tokenizer.encode_batch(texts)
         ids = np.array([e.ids for e in encodings], dtype=np.int64)
         mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
@@ -133,6 +138,8 @@ class EndpointEmbedder:
         self.relevant_distance = 0.8  # other models spread distances differently: a looser cut
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
+        import numpy as np
+
         if not texts:
             return np.zeros((0, 1), dtype=np.float32)
         rows = []

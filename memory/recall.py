@@ -42,6 +42,11 @@ OBJECTIVE_REFRESH = 8  # steps between lookups of what is near the objective
 QUERY_ARG_CHARS = 80  # of a command's argument, in what recall asks about a step (not for code)
 LOOKUP_IDLE_S = 10.0  # the lookup thread (recall's prefetch) ends after this long without work
 WORD_RECALLED = frozenset({"step", "search", "document", "answer"})  # what recall by words brings back
+EARLIER_RECALLED = WORD_RECALLED | {"note"}  # of an earlier run (this run's notes are in view)
+# automatic recall by words searches the newest of the earlier runs' archives in scope, this many candidates each
+# (~1 ms of CPU an archive of 300 steps; the recall command searches EARLIER_RUNS of them)
+EARLIER_AUTO_RUNS = 5
+EARLIER_CANDIDATES = 4
 
 
 @dataclass(frozen=True)
@@ -227,15 +232,18 @@ class AutoRecall:
         self._shown: dict[str, tuple[int, frozenset]] = {}  # recalled item → the request that last showed it, and
         # the words of the question that found it then
         self.failure = ""  # why the vector store was turned off mid-run, for the run to report
-        self.deferred = False  # the store holds nothing this run could recall: its vectors are kept back
+        self.deferred = False  # recall goes by words: the run's vectors are kept back (RunMemory.defer_vectors)
+        self._earlier: list[Archive] | None = None  # earlier runs' archives in scope, opened once
+        self._earlier_lock = threading.Lock()
+        self._words_ahead: tuple | None = None  # (query, done, box): earlier runs searched while a command runs
 
     @property
     def objective(self) -> str:
         return self._objective()
 
     def recall(self, steps: list[StepRecord], room: int, shown: str) -> list[Recalled]:
-        """What earns its room in this prompt's tail: from the vector store, or while its vectors are kept back
-        (`deferred`: the store holds nothing this run could recall), this run's steps out of view by their words."""
+        """What earns its room in this prompt's tail: while the run's vectors are kept back (`deferred`), by words
+        from the archives; once the store is needed (an ingest, the recall command), from the vector store."""
         if room < MIN_ITEM_TOKENS:
             return []
         if self.deferred:
@@ -250,26 +258,75 @@ class AutoRecall:
             return []
 
     def _recall_by_words(self, steps: list[StepRecord], room: int, shown: str) -> list[Recalled]:
-        """This run's items out of view that hold, in one line of their output (not the step's own thought or
-        command), at least half of the words of what the agent does now (two at least): found by the archive, no
-        model loaded."""
+        """Items that hold, in one line of their output (not a step's own thought or command), at least half of the
+        words of what the agent does now (two at least; before the first step, of the objective): this run's out of
+        view, and earlier runs' (`scope`: of this work directory, or any), found by the archives, no model loaded.
+        Best first: the most of those words in one line, this run's before earlier ones at equal coverage."""
         archive = self.archive()
-        if archive is None or not steps:
+        if archive is None:
             return []
-        latest = steps[-1]
-        now = self._now(latest.thought, latest.command, latest.arg)
+        now = self._now(steps[-1].thought, steps[-1].command, steps[-1].arg) if steps else self.objective
         wanted = [words_of(phrase) for phrase in query_phrases(now)]
         need = max(2, (len(wanted) + 1) // 2)
-        hits = [Hit(found.id, found.text, {"run": found.run, "kind": found.kind, "step": found.step,
-                                           "source": found.source}, 0.0)
-                for found in archive.search(now, RECALL_CANDIDATES, through=self.view()[0])
-                if found.kind in WORD_RECALLED and line_coverage(fact_text(found.kind, found.text), wanted) >= need]
+        found = [item for item in (archive.search(now, RECALL_CANDIDATES, through=self.view()[0]) if steps else [])
+                 if item.kind in WORD_RECALLED]
+        ahead, self._words_ahead = self._words_ahead, None
+        if ahead is not None and ahead[0] == now and ahead[1].wait() and "found" in ahead[2]:
+            found.extend(ahead[2]["found"])  # searched while the command ran (prefetch)
+        else:
+            found.extend(self._earlier_found(now))
+        covered = [(line_coverage(fact_text(item.kind, item.text), wanted), item) for item in found]
+        hits = [Hit(item.id, item.text, {"run": item.run, "kind": item.kind, "step": item.step,
+                                         "source": item.source}, 0.0)
+                for coverage, item in sorted(covered, key=lambda pair: -pair[0]) if coverage >= need]
         flat, words = " ".join(shown.split()), terms_of_lines(shown)
         hits = [hit for hit in hits if not self._item_in_view(hit) and " ".join(hit.text.split()) not in flat
                 and novelty(hit.text, words) >= NOVELTY]
         self._requests += 1
         return self._choose(hits, f"{now}\n{self.objective}", steps, room, flat, words, {hit.id for hit in hits},
                             frozenset(terms(now)))
+
+    def _earlier_archives(self) -> list[Archive]:
+        """Earlier runs' archives that automatic recall by words searches (by `scope`, the newest
+        EARLIER_AUTO_RUNS), found and opened once a run."""
+        with self._earlier_lock:
+            if self._earlier is None:
+                self._earlier = [] if self.scope not in ("workdir", "global") or self.runs_root is None else \
+                    earlier_archives(Path(self.runs_root), self.run_id,
+                                     self.workdir if self.scope == "workdir" else None, EARLIER_AUTO_RUNS)
+            return self._earlier
+
+    def _earlier_found(self, query: str) -> list[Archived]:
+        return [item for earlier in self._earlier_archives() for item in earlier.search(query, EARLIER_CANDIDATES)
+                if item.kind in EARLIER_RECALLED]
+
+    def _prefetch_words(self, now: str) -> bool:
+        """Earlier runs' archives searched for `now` in the lookup thread, while the command runs (the next recall
+        by words then finds it done); True when under way."""
+        if not self._earlier_archives():
+            return False
+        if self._words_ahead is not None and self._words_ahead[0] == now:
+            return True
+        box: dict = {}
+        done = threading.Event()
+
+        def look() -> None:
+            try:
+                box["found"] = self._earlier_found(now)
+            except Exception:  # recall searches again itself
+                pass
+            finally:
+                done.set()
+
+        self._lookup(look)
+        self._words_ahead = (now, done, box)
+        return True
+
+    def close(self) -> None:
+        with self._earlier_lock:
+            for archive in self._earlier or []:
+                archive.close()
+            self._earlier = None
 
     @property
     def recall_filter(self) -> dict | None:
@@ -427,7 +484,10 @@ class AutoRecall:
         """Look up, in a thread, what is near the action the agent just chose (and near the objective, when the
         next recall looks that up again), while its command runs: the next prompt's recall then finds it ready
         (embedding and searching off the loop's path). Only once the store is open (opening it is the warm-up's
-        work). True when the lookup is under way (or was made, while the reply streamed in)."""
+        work). While recall goes by words (`deferred`), earlier runs' archives are searched instead. True when the
+        lookup is under way (or was made, while the reply streamed in)."""
+        if self.deferred:
+            return self._prefetch_words(self._now(thought, command, arg))
         if self.store is None or getattr(self.store, "_collection", None) is None:
             return False
         now, store, where, objective = self._now(thought, command, arg), self.store, self.recall_filter, self.objective

@@ -120,6 +120,7 @@ class RunMemory:
         self.notify = notify
         self._failure = ""  # why the archive was turned off mid-run
         self._deferred: list[MemoryItem] | None = None  # items kept back from the store (see defer_vectors)
+        self._store_holds = False  # while they are: whether the store may hold items this run could recall
         self.archive = archive
         self.runs_root = runs_root
 
@@ -128,23 +129,29 @@ class RunMemory:
         """The vector store recall searches and the run's items go to (None: off, or turned off by a failure)."""
         return self.recaller.store
 
-    def defer_vectors(self) -> None:
-        """The store holds nothing this run could recall (known without opening it): its items are kept back from it
-        (chromadb and the embedder stay unloaded) and written to its journal at the end, for later runs; meanwhile
-        recall finds this run's steps out of view by their words (the archive). An ingest needs the store: then
-        what was kept back goes to it (`vectors_needed`)."""
+    def defer_vectors(self, store_holds: bool = False) -> None:
+        """Automatic recall goes by words (this run's archive, and earlier runs' by scope: a keyword index needs no
+        model): the run's items are kept back from the store (chromadb and the embedder stay unloaded) and written
+        to its journal at the end, for later runs. What needs meaning brings the store in (`vectors_needed`): an
+        ingest, and the recall command when the store may hold items this run could recall (`store_holds`, known
+        without opening it); in a store that holds none, the command goes by words too."""
         if self.store is not None:
             self._deferred = []
+            self._store_holds = store_holds
             self.recaller.deferred = True
 
     def vectors_needed(self) -> None:
-        """The store is needed now (an ingest): what was kept back goes to it, and recall searches it again."""
+        """The store is needed now (an ingest, a recall by meaning): what was kept back goes to it (it is in the
+        archive already), and recall searches it again."""
         if self._deferred is None:
             return
         items, self._deferred = self._deferred, None
         self.recaller.deferred = False
-        if items:
-            self.remember(*items)
+        if items and self.store is not None:
+            try:
+                self.store.add_later(items)
+            except Exception as exc:  # chromadb or the embedder failing must not end the run
+                self.drop_store(f"{type(exc).__name__}: {exc}")
 
     def drop_store(self, why: str = "") -> None:
         """Go on without the vector store (it failed: `why`, reported by `take_failure`)."""
@@ -422,6 +429,8 @@ class RunMemory:
         """The recall command: what the archive (by words) and the vector store (by meaning) hold for `query`."""
         if self.archive is None:
             return "recall is unavailable: this run's archive could not be written."
+        if self._deferred is not None and self._store_holds:  # recall by meaning too: the store is loaded now
+            self.vectors_needed()
         store = None if self._deferred is not None else self.store  # kept back: words alone, no model loaded
         embedder = store.embedder if store is not None else None
         return Recaller(self.archive, store, scope=self.scope, workdir=self.workdir, runs_root=self.runs_root,
@@ -437,6 +446,7 @@ class RunMemory:
         VectorMemory.finish)."""
         if self.archive is not None:
             self.archive.close()
+        self.recaller.close()
         if self._deferred and self.store is not None:  # kept back: stored now (wait), or by the next process
             deferred, self._deferred = self._deferred, []  # that opens the store (the CLI's run ends its process)
             if wait:

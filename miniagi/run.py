@@ -196,11 +196,12 @@ class Run:
         objective = [] if self.resumed else [self.memory.item("objective", state.objective)]
         if not self.resumed:
             self.recall_first = self.store_might_hold()  # asked before this run stores anything
-            if not self.recall_first:  # nothing to recall by meaning: no model loaded (recall goes by words)
-                self.memory.defer_vectors()
-        if self.recall_first and self.memory.store is not None:  # recall needs chromadb and the embedder: they
-            # load in a thread while the first prompt is measured (tiktoken loads meanwhile)
-            threading.Thread(target=self.memory.store.warm, name="memory-warm", daemon=True).start()
+        store = self.memory.store
+        if store is not None and store.url:  # a server other machines share: their items are found by meaning only
+            # (the archives are this machine's); it loads in a thread while the first prompt is measured
+            threading.Thread(target=store.warm, name="memory-warm", daemon=True).start()
+        else:  # automatic recall goes by words (the archives): chromadb and the embedder load only for meaning
+            self.memory.defer_vectors(store_holds=self.store_might_hold())
         return objective
 
     def finish(self, ending: Ending, answer: str | None) -> RunResult:

@@ -306,15 +306,15 @@ def test_search_results_recalled_memories_and_critic_prompts_pass_the_gate_too(l
         return "ACCEPT: fine" if "PROPOSED FINAL ANSWER" in request["messages"][1]["content"] else "CRITICISM: none"
 
     llm.responder = critic
-    llm.add(act("web_search", "deploy notes database"), act("memorize_thoughts", "check the deploy notes database"),
-            act("done", "ok"))
+    # the recall command asks the store by meaning (it holds an item for this folder): recall then searches it
+    llm.add(act("web_search", "deploy notes database"), act("recall", "deploy notes database"),
+            act("memorize_thoughts", "check the deploy notes database"), act("done", "ok"))
     agent = Agent(settings, model=OpenAIModel(Endpoint(api_key="k", base_url=llm.url)), search_backend=backend)
     result = agent.run("Find the deploy notes for the database")
     assert result.status == "done", result.message
     critic_requests = [r for r in llm.requests if r["messages"][0]["content"].startswith("You are the critic")]
     assert len(critic_requests) >= 3, "the critic reviewed each step and the answer"
-    assert any(e.get("type") == "recall" for e in map(json.loads, (run_dirs(isolated.home)[-1] / "trace.jsonl")
-                                                         .read_text().splitlines()))
+    assert "Deploy notes: the database is" in json.dumps(llm.requests)  # the old memory came back, by recall
     assert not leaks(json.dumps(llm.requests)), "a secret reached the model"
     directory = run_dirs(isolated.home)[-1]
     for path in (p for p in directory.rglob("*") if p.is_file()):
@@ -327,7 +327,9 @@ def test_no_secret_reaches_the_embedder_in_a_recall_query(cli, llm, isolated):
     llm.add(act("memorize_thoughts", "the pump in bay 3 runs at 4111 rpm"), act("done", "noted"))
     assert cli("-y", "--embedding-model", "fake-embed", "Note the pump speed", env=MEMORY_ON).returncode == 0
     secret = SECRETS["STRIPE_LIVE"]
-    llm.add(act("execute_shell", "echo checking", f"the pump and the key {secret} again"),
+    # the recall command asks the store by meaning (it holds the first run's items), and recall then searches it
+    llm.add(act("recall", f"pump speed {secret}", f"the pump and the key {secret}"),
+            act("execute_shell", "echo checking", f"the pump and the key {secret} again"),
             act("memorize_thoughts", f"the key is {secret}", f"keep {secret}"), act("done", "ok"))
     before = len(llm.embedding_requests)
     proc = cli("-y", "--embedding-model", "fake-embed", f"What runs in bay 3? my key is {secret}",

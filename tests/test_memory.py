@@ -442,8 +442,9 @@ class _Watched(threading.Event):
 def test_the_next_recall_is_looked_up_while_the_reply_still_streams_in(llm, isolated, monkeypatch):
     """Recall asks about what the agent is doing (its thought): that is known as soon as the reply names its command,
     so the lookup (embedding the query, searching) starts then, while the rest of the reply (the code) streams in,
-    off the loop's path. The stream is held until the query has been embedded."""
-    VectorMemory(isolated.home / "memory", EMBEDDER).add(  # the store holds something: step 1 opens it
+    off the loop's path, once recall searches the vector store: here after the recall command asked it by meaning
+    (it holds an earlier item). The stream is held until the query has been embedded."""
+    VectorMemory(isolated.home / "memory", EMBEDDER).add(  # the store holds something: the recall command opens it
         [MemoryItem("old:step:1", "The pressure gauges were read last week", "old", "step", 1)])
     embedded = _Watched()
     original = MiniLMEmbedder.embed
@@ -454,7 +455,8 @@ def test_the_next_recall_is_looked_up_while_the_reply_still_streams_in(llm, isol
         return original(self, texts)
 
     monkeypatch.setattr(MiniLMEmbedder, "embed", embed)
-    llm.add(act("execute_python", "print('gauge A: 41 kPa')", "read gauge A"),
+    llm.add(act("recall", "pressure gauges", "what is known of the gauges"),
+            act("execute_python", "print('gauge A: 41 kPa')", "read gauge A"),
             Stream(["<r>compare the gauge figures</r>", "<c>execute_python</c>\n", Wait(embedded, 30),
                     "print('gauge B: 44 kPa')"]),
             act("done", "B is higher"))

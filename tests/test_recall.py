@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import string
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -227,6 +228,53 @@ def test_recalled_items_carry_their_step_never_repeat_the_prompt_and_never_pass_
                 else [item.text]
             assert any(line and " ".join(line.split()) not in " ".join(rest.split()) for line in shown), item
     store.flush()
+
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                 HealthCheck.too_slow])
+@given(before=changing_runs, shape=changing_runs, budget=st.integers(2000, 5000))
+def test_an_earlier_runs_items_recalled_by_words_carry_their_run_and_step_and_never_repeat_the_prompt(
+        tmp_path_factory, before, shape, budget):
+    """Automatic recall by words (no model loaded) finds earlier runs' items in their archives too: each carries
+    `run RUN, step N`, `superseded by step M` when a later step of its run replaced a fact it states, and shows a
+    line the prompt does not hold."""
+    from memory.store import VectorMemory
+    from miniagi.prompts import system_prompt
+
+    runs = tmp_path_factory.mktemp("runs")
+    earlier = Archive(runs / "r0" / "archive.sqlite", "r0", "/work")
+    first = RunMemory(builder=ContextBuilder(COUNTER, budget), summarizer_counter=COUNTER, ask_summarizer=str,
+                      scope="run", run_id="r0", workdir="/work", store=None, archive=earlier)
+    for number, (kind, subject, value, filler) in enumerate(before, start=1):
+        step = changing_step(number, kind, subject, value, filler)
+        first.remember(*first.step_items(step), *[first.item("note", note, number) for note in step.notes])
+    first.finish()
+    archive = Archive(runs / "r1" / "archive.sqlite", "r1", "/work")
+    memory = RunMemory(builder=ContextBuilder(COUNTER, budget), summarizer_counter=COUNTER,
+                       ask_summarizer=lambda prompt: "The agent read parts.", scope="workdir", run_id="r1",
+                       workdir="/work", store=VectorMemory(runs.parent / "memory", WordsEmbedder()), archive=archive,
+                       runs_root=runs, objective="Keep the codes current")
+    memory.defer_vectors(store_holds=True)
+    system, steps = system_prompt("/tmp/work"), []
+    for number, (kind, subject, value, filler) in enumerate(shape, start=1):
+        # asking about the subject: an earlier run's line stating it holds the words of the question
+        steps.append(replace(changing_step(number, kind, subject, value, filler), thought=f"the {subject} again"))
+        memory.remember(*memory.step_items(steps[-1]), *[memory.item("note", n, number) for n in steps[-1].notes])
+        context, _ = memory.context(system=system, steps=steps, next_step=number + 1)
+        memory.settle()
+        text = "\n".join(message_text(m) for m in context.messages)
+        rest = text[:text.index("RELEVANT MEMORIES")] if memory.last_recalled else text
+        for item in (item for item in memory.last_recalled if item.id.startswith("r0:")):
+            replaced = Archive(runs / "r0" / "archive.sqlite", "r0", read_only=True)
+            replaced_by = replaced.superseded([item.id]).get(item.id)
+            replaced.close()
+            assert re.match(r"run r0, step \d+", item.label), item.label
+            assert not replaced_by or f"superseded by step {replaced_by}" in item.label, item.label
+            lines = [line.strip(" …") for line in item.text.split("\n")]
+            assert any(line and " ".join(line.split()) not in " ".join(rest.split()) for line in lines), item
+    memory.finish(wait=False)  # journaled
+    assert memory.store._collection is None  # nothing loaded chromadb
 
 
 def test_an_earlier_runs_replaced_fact_is_recalled_only_labelled_superseded(llm, isolated):

@@ -316,6 +316,7 @@ def test_the_ui_writes_nothing_and_shows_a_runs_recall_as_text_under_its_step(cl
     assert cli("-y", "remember the rocket's launch code", env=MEMORY_ON).returncode == 0
     llm.add(act("done", "PURPLE-SEVEN"))
     assert cli("-y", "what is the launch code of the rocket?", env=MEMORY_ON).returncode == 0
+    cli("memory", "stats", env=MEMORY_ON)  # runs that recall by words journal their items; a memory command stores them
     second = run_dirs(isolated.home)[-1]
     before = tree(isolated.home)
     assert "PURPLE-SEVEN" in ui.client.get(ui + "/memory", params={"q": "launch code"}, timeout=60).text
