@@ -245,7 +245,7 @@ def test_an_earlier_runs_items_recalled_by_words_carry_their_run_and_step_and_ne
     runs = tmp_path_factory.mktemp("runs")
     earlier = Archive(runs / "r0" / "archive.sqlite", "r0", "/work")
     first = RunMemory(builder=ContextBuilder(COUNTER, budget), summarizer_counter=COUNTER, ask_summarizer=str,
-                      scope="run", run_id="r0", workdir="/work", store=None, archive=earlier)
+                      scope="run", run_id="r0", workdir="/work", store=None, archive=earlier, state=RunState())
     for number, (kind, subject, value, filler) in enumerate(before, start=1):
         step = changing_step(number, kind, subject, value, filler)
         first.remember(*first.step_items(step), *[first.item("note", note, number) for note in step.notes])
@@ -254,14 +254,14 @@ def test_an_earlier_runs_items_recalled_by_words_carry_their_run_and_step_and_ne
     memory = RunMemory(builder=ContextBuilder(COUNTER, budget), summarizer_counter=COUNTER,
                        ask_summarizer=lambda prompt: "The agent read parts.", scope="workdir", run_id="r1",
                        workdir="/work", store=VectorMemory(runs.parent / "memory", WordsEmbedder()), archive=archive,
-                       runs_root=runs, objective="Keep the codes current")
+                       runs_root=runs, state=RunState(objective="Keep the codes current"))
     memory.defer_vectors(store_holds=True)
     system, steps = system_prompt("/tmp/work"), []
     for number, (kind, subject, value, filler) in enumerate(shape, start=1):
         # asking about the subject: an earlier run's line stating it holds the words of the question
         steps.append(replace(changing_step(number, kind, subject, value, filler), thought=f"the {subject} again"))
         memory.remember(*memory.step_items(steps[-1]), *[memory.item("note", n, number) for n in steps[-1].notes])
-        context, _ = memory.context(system=system, steps=steps, next_step=number + 1)
+        context, _ = run_context(memory, system=system, steps=steps, next_step=number + 1)
         memory.settle()
         text = "\n".join(message_text(m) for m in context.messages)
         rest = text[:text.index("RELEVANT MEMORIES")] if memory.last_recalled else text
