@@ -11,6 +11,7 @@ import os
 import site
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -609,3 +610,61 @@ print('KEY SEEN', sum('PRIVATE-KEY-' + 'BODY' in t for t in texts), 'HARMLESS', 
     seen = json.dumps(llm.requests)
     assert "PRIVATE-KEY-BODY" not in seen and "KEY SEEN 0 HARMLESS" in seen, seen[-2000:]
     assert "HARMLESS 0" not in seen  # the race was run: the harmless file was read too
+
+
+
+# chmod(path, mode) through the i386 entry (int 0x80) from a 64-bit process: a page below 4 GiB (MAP_32BIT) holds
+# the path and `push rbx; mov eax, 15; mov ebx, path; mov ecx, mode; int 0x80; pop rbx; ret`
+I386_CHMOD = """import ctypes, mmap, os, struct
+def i386_chmod(path, mode):
+    page = mmap.mmap(-1, 4096, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | 0x40,
+                     prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(page))
+    page[64:65 + len(path)] = path.encode() + bytes(1)
+    code = (b'\\x53\\xb8' + struct.pack('<I', 15) + b'\\xbb' + struct.pack('<I', base + 64) + b'\\xb9'
+            + struct.pack('<I', mode) + b'\\xcd\\x80\\x5b\\xc3')
+    page[:len(code)] = code
+    return ctypes.CFUNCTYPE(ctypes.c_int)(base)()
+open('plain', 'w').close()
+print('i386 chmod 0644:', i386_chmod('plain', 0o644), 'chmod 04755:', i386_chmod('plain', 0o4755))
+"""
+IO_URING_SETUP = """import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+fd = libc.syscall(425, 1, ctypes.create_string_buffer(120))
+print('io_uring_setup:', 'made' if fd >= 0 else 'ENOSYS' if ctypes.get_errno() == 38 else ctypes.get_errno())
+"""
+
+
+def _host_gives(snippet: str, expected: str) -> bool:
+    """Whether the kernel here gives this process what the snippet tries (the i386 entry, io_uring)."""
+    with tempfile.TemporaryDirectory() as folder:
+        done = subprocess.run([sys.executable, "-c", snippet], cwd=folder, capture_output=True, text=True)
+    return expected in done.stdout
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64" or not _host_gives(I386_CHMOD, "0644: 0 chmod 04755: 0"),
+                    reason="the i386 entry (int 0x80): x86_64 kernels with IA32 emulation only")
+@pytest.mark.parametrize("kind", ["bwrap", "namespace"])
+def test_code_cannot_make_a_setuid_file_through_the_i386_entry(cli, llm, isolated, kind):
+    """The setuid filter checked only x86_64's numbers and let every call made through `int 0x80` pass: a copy of
+    /usr/bin/id chmodded 04755 that way was setuid root on the host. Every i386 call is refused now."""
+    llm.add(act("execute_python", I386_CHMOD), act("done", "ok"))
+    proc = cli("-y", "--sandbox", kind, "chmod the 32-bit way", process=True)
+    assert proc.returncode == 0, proc.stderr
+    _, seen = newest(isolated.home)
+    assert "i386 chmod 0644: -38 chmod 04755: -38" in seen[1], seen[1]
+    assert not [p for p in isolated.work.rglob("*") if p.lstat().st_mode & 0o6000]
+
+
+@pytest.mark.skipif(not _host_gives(IO_URING_SETUP, "made"), reason="no io_uring here (or it is turned off)")
+@pytest.mark.parametrize("kind", ["bwrap", "namespace", "none"])
+def test_code_gets_no_io_uring_whose_operations_seccomp_never_sees(cli, llm, isolated, kind):
+    """io_uring's operations pass no seccomp filter: IORING_OP_FALLOCATE left 40 x 15 MB under --exec-disk 20, and
+    IORING_OP_OPENAT made a file 04755. io_uring_setup fails with ENOSYS (programs fall back) wherever fallocate is
+    refused: both namespace kinds, and execute_python under none."""
+    llm.add(act("execute_python", IO_URING_SETUP), act("done", "ok"))
+    proc = cli("-y", "--sandbox", kind, "set up a ring", process=True)
+    assert proc.returncode == 0, proc.stderr
+    _, seen = newest(isolated.home)
+    assert "io_uring_setup: ENOSYS" in seen[1], seen[1]
