@@ -393,6 +393,38 @@ def test_as_root_code_cannot_write_proc_sys_and_bwrap_runs_it_as_no_host_root(cl
         assert "code's uid is the host's root" in proc.stderr and "/proc/sys" in proc.stderr  # the warning says so
 
 
+def test_a_looping_link_where_bwrap_hides_stops_the_run_instead_of_dropping_to_namespace(cli, llm, isolated):
+    """Code's `ln -s .env .env` in the work directory made the next run's bwrap fail (it cannot bind an empty file
+    over a link that loops), and auto fell back to namespace, where code read ~/.ssh. The run stops now, naming
+    the link, and nothing runs."""
+    (isolated.work / ".env").symlink_to(".env")
+    llm.add(act("execute_shell", "echo ran"), act("done", "never"))
+    proc = cli("-y", "objective")
+    assert proc.returncode == 2 and one_line(proc.stderr), proc.stderr
+    assert f"{isolated.work / '.env'} is a link that leads back to itself" in proc.stderr
+    assert llm.requests == [] and run_dirs(isolated.home) == []
+
+
+def test_auto_falls_back_only_when_bwrap_itself_cannot_start_not_when_the_runs_mounts_fail(cli, llm, isolated,
+                                                                                          tmp_path):
+    """What the run's mounts meet in the work directory is code's to shape: a bwrap that starts here but fails
+    with this run's plan is an error that says so (exit 2), never a reason to run under namespace."""
+    plan_bin = tmp_path / "plan-bin"
+    plan_bin.mkdir()
+    real_bwrap = subprocess.run(["sh", "-c", "command -v bwrap"], capture_output=True, text=True).stdout.strip()
+    (plan_bin / "bwrap").write_text(f"""#!/bin/sh
+case "$*" in *{isolated.work}*) echo "bwrap: Can't create file at {isolated.work}/x: Permission denied" >&2; exit 1;;
+esac
+exec {real_bwrap} "$@"
+""")
+    (plan_bin / "bwrap").chmod(0o755)
+    llm.add(act("execute_shell", "echo ran"), act("done", "never"))
+    proc = cli("-y", "objective", env={"PATH": f"{plan_bin}:{os.environ['PATH']}"})
+    assert proc.returncode == 2 and one_line(proc.stderr), proc.stderr
+    assert "bwrap works here, but not with this run's mounts" in proc.stderr and "Permission denied" in proc.stderr
+    assert llm.requests == [] and run_dirs(isolated.home) == []
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="the host's ids matter only when miniagi runs as root")
 def test_as_root_bwrap_says_when_its_code_keeps_the_hosts_uid_0_and_proc_stays_read_only(cli, llm, isolated,
                                                                                          tmp_path):

@@ -293,6 +293,15 @@ class Bubblewrap(NamespaceSandbox):
         return shutil.which("bwrap", path=self.policy.path)
 
     def probe(self) -> str:
+        """Why bwrap cannot be used here. When bwrap itself starts but not with this run's mounts, that is no reason
+        to fall back (the paths of a work directory are code's to shape: `ln -s .env .env` made the next run drop
+        to namespace): a ConfigError that says which."""
+        if self.program:
+            looping = [path for path, (_, how) in _mounted(_rules(self.policy)).items()
+                       if how == "hide" and path.is_symlink()]
+            if looping:
+                raise ConfigError(f"{looping[0]} is a link that leads back to itself: bwrap cannot lay an empty file "
+                                  f"over it to hide it; remove it (rm {shlex.quote(str(looping[0]))}) and start again")
         if os.geteuid() == 0 and self.program:
             self.host_root = self._unprivileged()
             if self.host_ids:
@@ -303,7 +312,24 @@ class Bubblewrap(NamespaceSandbox):
             if not super().probe():
                 return ""
             self.no_nested_userns = True
+        if why and self.program and self._starts_bare():
+            raise ConfigError(f"bwrap works here, but not with this run's mounts ({why}); a path in the work "
+                              "directory may be in the way: fix it, or choose a weaker --sandbox yourself")
         return why
+
+    def _starts_bare(self) -> bool:
+        """Whether a bwrap that mounts nothing of the run's starts here (the system gives it user namespaces)."""
+        for nested in (("--disable-userns",), ()):
+            argv = [self.program, "--unshare-user", *nested, "--cap-drop", "ALL", *self.NAMESPACES,
+                    *(() if self.policy.network else ("--unshare-net",)), "--ro-bind", "/", "/", "--dev", "/dev",
+                    "--proc", "/proc", "--", "true"]
+            try:
+                if subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL, timeout=30).returncode == 0:
+                    return True
+            except (OSError, subprocess.TimeoutExpired):
+                return False
+        return False
 
     def _unprivileged(self) -> str:
         """Run the code as nobody on the host (see hostids.py); why not, when that cannot be had here."""
@@ -441,15 +467,7 @@ def file_system(policy: Policy) -> list[str]:
     """bwrap's mounts: the system read-only, the work directory read-write, a private /tmp; the agent's files, the
     home's secrets and /run hidden; miniagi's installation read-only wherever it is; the --sandbox-allow paths
     reopened. A deeper path is mounted later, so the most specific rule wins."""
-    rules = _rules(policy)
-
-    # one read-only bind covers those below it, and a hidden directory what it holds (~/.ssh in an empty home
-    # is missing, not an empty mount point)
-    for path in [p for p, (_, how) in rules.items() if how in ("ro", "hide")]:
-        enclosing = [p for p in rules if p != path and _under(path, p)]
-        if enclosing and rules[max(enclosing, key=lambda p: len(p.parts))][1] == rules[path][1]:
-            del rules[path]
-
+    rules = _mounted(_rules(policy))
     # /proc read-only: /proc/sys and /proc/sysrq-trigger check the uid, not capabilities
     args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--remount-ro", "/proc",
             "--size", str(policy.tmp_bytes), "--perms", "1777", "--tmpfs", "/tmp"]
@@ -475,6 +493,17 @@ def file_system(policy: Policy) -> list[str]:
     for path in reversed(remount):
         args += ["--remount-ro", path]
     return args
+
+
+def _mounted(rules: dict[Path, tuple[int, str]]) -> dict[Path, tuple[int, str]]:
+    """The rules bwrap is given: one read-only bind covers those below it, and a hidden directory what it holds
+    (~/.ssh in an empty home is missing, not an empty mount point)."""
+    rules = dict(rules)
+    for path in [p for p, (_, how) in rules.items() if how in ("ro", "hide")]:
+        enclosing = [p for p in rules if p != path and _under(path, p)]
+        if enclosing and rules[max(enclosing, key=lambda p: len(p.parts))][1] == rules[path][1]:
+            del rules[path]
+    return rules
 
 
 def _empty_file() -> str:
