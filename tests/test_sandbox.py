@@ -700,3 +700,36 @@ def test_code_gets_no_io_uring_whose_operations_seccomp_never_sees(cli, llm, iso
     assert proc.returncode == 0, proc.stderr
     _, seen = newest(isolated.home)
     assert "io_uring_setup: ENOSYS" in seen[1], seen[1]
+
+
+@pytest.mark.parametrize("entry", ["bin", "node_modules/.bin"])
+def test_programs_the_agent_starts_are_never_taken_from_a_path_folder_code_could_write(cli, llm, isolated, entry):
+    """A PATH folder in the work directory (absolute, or relative like node_modules/.bin) held the `bwrap` that run
+    1's code planted, and run 2 started it as the user; so with unshare, nsenter and the `bash -n` that checks a
+    shell line. They are looked for only where code cannot have written."""
+    planted = isolated.work / entry
+    planted.mkdir(parents=True)
+    ran = isolated.work.parent / "planted-ran"
+    for name in ("bwrap", "unshare", "nsenter", "bash"):
+        real = subprocess.run(["sh", "-c", f"command -v {name}"], capture_output=True, text=True).stdout.strip()
+        (planted / name).write_text(f"#!/bin/sh\necho {name} >> {ran}\nexec {real} \"$@\"\n")
+        (planted / name).chmod(0o755)
+    first = str(planted) if entry == "bin" else entry
+    llm.add(act("execute_shell", "echo one\necho two"), act("done", "ok"))
+    proc = cli("-y", "--sandbox", "auto", "look around", process=True,
+               env={"PATH": f"{first}:{os.environ['PATH']}"})
+    assert proc.returncode == 0, proc.stderr
+    assert "sandbox: bwrap" in proc.stderr
+    assert not ran.exists(), ran.read_text()
+
+
+def test_a_path_folder_of_the_work_directory_not_made_yet_is_read_only_to_code(cli, llm, isolated):
+    """Code made WORK/bin, on the user's PATH but not there yet, and put programs in it for the user's shell and
+    the next run to start. bwrap lays an empty read-only folder there."""
+    code = "mkdir -p bin; echo '#!/bin/sh' > bin/ls && echo PLANTED; ls -A bin | wc -l"
+    llm.add(act("execute_shell", code), act("done", "ok"))
+    proc = cli("-y", "--sandbox", "bwrap", "plant", env={"PATH": f"{isolated.work / 'bin'}:{os.environ['PATH']}"})
+    assert proc.returncode == 0, proc.stderr
+    _, seen = newest(isolated.home)
+    assert "PLANTED" not in seen[1] and "Read-only file system" in seen[1], seen[1]
+    assert not (isolated.work / "bin" / "ls").exists()

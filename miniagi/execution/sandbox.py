@@ -210,7 +210,7 @@ class Namespace(NamespaceSandbox):
     FLAGS = ("--user", "--map-root-user", "--pid", "--fork", "--mount-proc", "--kill-child")
 
     def _find_program(self) -> str | None:
-        return shutil.which("unshare", path=self.policy.path)
+        return find_program("unshare", self.policy.path, self.policy.workdir)
 
     def launch(self, argv: list[str]) -> Launch:
         flags = [*self.FLAGS, *(() if self.policy.network else ("--net",))]
@@ -290,7 +290,7 @@ class Bubblewrap(NamespaceSandbox):
         return hidden_from_code(self.policy, path, self._view_rules)
 
     def _find_program(self) -> str | None:
-        return shutil.which("bwrap", path=self.policy.path)
+        return find_program("bwrap", self.policy.path, self.policy.workdir)
 
     def probe(self) -> str:
         """Why bwrap cannot be used here. When bwrap itself starts but not with this run's mounts, that is no reason
@@ -333,7 +333,7 @@ class Bubblewrap(NamespaceSandbox):
 
     def _unprivileged(self) -> str:
         """Run the code as nobody on the host (see hostids.py); why not, when that cannot be had here."""
-        self.nsenter = shutil.which("nsenter", path=self.policy.path)
+        self.nsenter = find_program("nsenter", self.policy.path, self.policy.workdir)
         if self.nsenter is None:
             return "no nsenter"
         paths = [p for p in (_real(a) for a in (self.policy.workdir, *self.policy.allowed)) if p is not None]
@@ -411,6 +411,20 @@ def open_sandbox(kind: str, policy: Policy) -> tuple[Sandbox, list[str]]:
                       "strongest that works")
 
 
+def find_program(name: str, path: str | None, workdir: Path | None = None) -> str | None:
+    """A program the agent starts outside the sandbox (bwrap, unshare, nsenter, bash), looked for only in the PATH's
+    folders code cannot have planted it in: absolute ones, outside the work directory and every folder code has run
+    in (the trust record's list). A `bwrap` that run 1's code put in a PATH folder of the work directory (or a
+    relative one, node_modules/.bin) ran as the user at run 2."""
+    from ..trust import TrustRecord
+
+    reach = [str(p) for p in (_real(workdir) if workdir else None,) if p] + TrustRecord().code_dirs
+    folders = [entry for entry in (path if path is not None else os.defpath).split(os.pathsep)
+               if entry.startswith("/") and not any(_under(Path(os.path.realpath(entry)), Path(place))
+                                                    for place in reach)]
+    return shutil.which(name, path=os.pathsep.join(folders)) if folders else None
+
+
 def _rules(policy: Policy) -> dict[Path, tuple[int, str]]:
     """Each path bwrap mounts, with its rank and how: "rw", "ro" or "hide"."""
     workdir = _real(policy.workdir)
@@ -438,13 +452,19 @@ def _rules(policy: Policy) -> dict[Path, tuple[int, str]]:
     # the interpreter and packages the worker and nsinit run from, and the programs of the PATH, wherever a rule
     # above would touch them (a version manager's shims need its root: pyenv, rbenv, nodenv, asdf)
     covered = [Path("/tmp"), *([workdir] if workdir else []), *homes, *hidden]
-    programs = [p for p in (_real(Path(entry)) for entry in (policy.path or "").split(os.pathsep)
-                            if entry.startswith("/")) if p is not None and p.is_dir()]
+    entries = [Path(entry) for entry in (policy.path or "").split(os.pathsep) if entry.startswith("/")]
+    programs = [p for p in map(_real, entries) if p is not None and p.is_dir()]
     programs = [p.parent if p.name == "shims" else p for p in programs]
     programs = [p for p in programs if not any(_under(p, secret) for secret in hidden)]
     for path in [*_installation(), *programs]:
         if any(_under(path, place) for place in covered):
             rule(path, "ro", 1)
+    # a PATH folder of the work directory's that does not exist yet (WORK/bin, .venv/bin before the venv): code
+    # would make it and plant programs the user's shell, or the next run, starts as the user; an empty read-only
+    # folder is laid there instead
+    for path in (Path(os.path.realpath(entry)) for entry in entries if _real(entry) is None):
+        if workdir and _under(path, workdir) and path != workdir:
+            rule(path, "hide", 1)
     resolver = _real(Path("/etc/resolv.conf"))  # often a link into /run (systemd-resolved, resolvconf)
     if resolver and _under(resolver, Path("/run")):
         rule(resolver, "ro", 1)
@@ -472,7 +492,10 @@ def file_system(policy: Policy) -> list[str]:
     args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--remount-ro", "/proc",
             "--size", str(policy.tmp_bytes), "--perms", "1777", "--tmpfs", "/tmp"]
     remount, made = [], set()
-    fresh = [Path("/tmp"), *(p for p, (_, how) in rules.items() if how == "hide" and p.is_dir())]  # tmpfs
+    def folder(path: Path) -> bool:  # hidden as an empty folder: a folder, or a PATH folder not made yet
+        return path.is_dir() or not os.path.lexists(path)
+
+    fresh = [Path("/tmp"), *(p for p, (_, how) in rules.items() if how == "hide" and folder(p))]  # tmpfs
     for path in sorted(rules, key=lambda p: len(p.parts)):
         how = rules[path][1]
         # the directories leading to a mount point in a tmpfs, made world-searchable (bwrap would copy the mode
@@ -483,7 +506,7 @@ def file_system(policy: Policy) -> list[str]:
             if enclosing in fresh and above not in made and above not in rules:
                 args += ["--perms", "0755", "--dir", str(above)]
                 made.add(above)
-        if how == "hide" and path.is_dir():
+        if how == "hide" and folder(path):
             args += ["--tmpfs", str(path)]
             remount.append(str(path))  # read-only last, once the mounts inside it are made
         elif how == "hide":
