@@ -28,6 +28,7 @@ import os
 import select
 import shlex
 import shutil
+import stat
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -283,6 +284,7 @@ class Bubblewrap(NamespaceSandbox):
         self.host_ids: HostIds | None = None  # as root: the code's uid is nobody on the host
         self.host_root = ""  # as root without them: why the code's uid is the host's root
         self._view_rules: dict[Path, tuple[int, str]] | None = None  # what code sees of the system, made once
+        self._made: dict[Path, Path] = {}  # mount points bwrap makes in the work directory: the first folder made
 
     def hides(self, path: Path) -> bool:
         if self._view_rules is None:  # the policy does not change: its rules (homes listed, PATH walked) are made once
@@ -298,7 +300,7 @@ class Bubblewrap(NamespaceSandbox):
         to namespace): a ConfigError that says which."""
         if self.program:
             looping = [path for path, (_, how) in _mounted(_rules(self.policy)).items()
-                       if how == "hide" and path.is_symlink()]
+                       if how in ("hide", "ro") and path.is_symlink()]
             if looping:
                 raise ConfigError(f"{looping[0]} is a link that leads back to itself: bwrap cannot lay an empty file "
                                   f"over it to hide it; remove it (rm {shlex.quote(str(looping[0]))}) and start again")
@@ -360,8 +362,12 @@ class Bubblewrap(NamespaceSandbox):
             inits = ("--become-root",)
         else:
             users = ["--unshare-user", *(("--disable-userns",) if self.no_nested_userns else ()), "--cap-drop", "ALL"]
+        rules = _rules(self.policy)
+        for path, (_, how) in rules.items():
+            if how in ("hide", "blank") and not os.path.lexists(path) and path not in self._made:
+                self._made[path] = next(p for p in (*reversed(path.parents), path) if not os.path.lexists(p))
         flags = [*users, *self.NAMESPACES, *(() if self.policy.network else ("--unshare-net",)),
-                 "--as-pid-1", *file_system(self.policy), "--chdir", str(self.policy.workdir)]
+                 "--as-pid-1", *file_system(self.policy, rules), "--chdir", str(self.policy.workdir)]
         argv = [*prefix, self.program, *flags, "--", *self._nsinit(argv, *inits)]
         return Launch(self._launcher(argv, ignore_interrupt=True), tuple(fds))
 
@@ -386,6 +392,13 @@ class Bubblewrap(NamespaceSandbox):
             self.host_ids.close()
             self.host_ids = None
         super().close()
+        # what bwrap made to lay an empty read-only file or folder where none was goes (an empty ~/.bash_profile
+        # left behind would keep a login shell from reading ~/.profile); what is no longer empty stays
+        for path, first in self._made.items():
+            for made in (path, *path.parents):
+                if not _remove_if_empty(made) or made == first:
+                    break
+        self._made = {}
 
 
 SANDBOXES: dict[str, type[Sandbox]] = {"bwrap": Bubblewrap, "namespace": Namespace, "none": Unconfined}
@@ -465,6 +478,15 @@ def _rules(policy: Policy) -> dict[Path, tuple[int, str]]:
     for path in (Path(os.path.realpath(entry)) for entry in entries if _real(entry) is None):
         if workdir and _under(path, workdir) and path != workdir:
             rule(path, "hide", 1)
+    # what the user's shell and Python run at their next start, where code could write it (the home is, or is in,
+    # the work directory: a .pth code put in the user site ran at the next `miniagi runs`): read-only, and where it
+    # is missing, an empty read-only one, made for the run and taken away after (see Bubblewrap.close). Each is
+    # kept by its first folder under the work directory: a deeper mount could be moved away with its parent
+    for path, is_folder in _run_at_start():
+        real = Path(os.path.realpath(path))
+        if workdir and _under(real, workdir) and real != workdir:
+            top = workdir / real.relative_to(workdir).parts[0]
+            rule(top, "ro" if os.path.lexists(top) else "hide" if is_folder or top != real else "blank", 1)
     resolver = _real(Path("/etc/resolv.conf"))  # often a link into /run (systemd-resolved, resolvconf)
     if resolver and _under(resolver, Path("/run")):
         rule(resolver, "ro", 1)
@@ -483,11 +505,11 @@ def hidden_from_code(policy: Policy, path: Path, rules: dict[Path, tuple[int, st
     return bool(enclosing) and rules[max(enclosing, key=lambda p: len(p.parts))][1] == "hide"
 
 
-def file_system(policy: Policy) -> list[str]:
+def file_system(policy: Policy, rules: dict[Path, tuple[int, str]] | None = None) -> list[str]:
     """bwrap's mounts: the system read-only, the work directory read-write, a private /tmp; the agent's files, the
     home's secrets and /run hidden; miniagi's installation read-only wherever it is; the --sandbox-allow paths
     reopened. A deeper path is mounted later, so the most specific rule wins."""
-    rules = _mounted(_rules(policy))
+    rules = _mounted(_rules(policy) if rules is None else rules)
     # /proc read-only: /proc/sys and /proc/sysrq-trigger check the uid, not capabilities
     args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--remount-ro", "/proc",
             "--size", str(policy.tmp_bytes), "--perms", "1777", "--tmpfs", "/tmp"]
@@ -509,13 +531,39 @@ def file_system(policy: Policy) -> list[str]:
         if how == "hide" and folder(path):
             args += ["--tmpfs", str(path)]
             remount.append(str(path))  # read-only last, once the mounts inside it are made
-        elif how == "hide":
+        elif how in ("hide", "blank"):
             args += ["--ro-bind", _empty_file(), str(path)]
         else:
             args += ["--bind" if how == "rw" else "--ro-bind", str(path), str(path)]
     for path in reversed(remount):
         args += ["--remount-ro", path]
     return args
+
+
+def _remove_if_empty(path: Path) -> bool:
+    """Remove an empty folder or empty regular file (never a link); whether it was removed."""
+    try:
+        status = os.lstat(path)
+        if stat.S_ISDIR(status.st_mode):
+            os.rmdir(path)
+        elif stat.S_ISREG(status.st_mode) and status.st_size == 0:
+            os.unlink(path)
+        else:
+            return False
+    except OSError:
+        return False
+    return True
+
+
+def _run_at_start() -> list[tuple[Path, bool]]:
+    """The folders and files the user's shells and Python run code from when they start (path, is a folder)."""
+    import site
+
+    home = Path.home()
+    folders = [Path(site.getusersitepackages()), home / ".local" / "bin", home / "bin"]
+    files = [home / name for name in (".bashrc", ".profile", ".bash_profile", ".bash_login", ".zshrc", ".zshenv",
+                                      ".zprofile", ".zlogin")]
+    return [(path, True) for path in folders] + [(path, False) for path in files]
 
 
 def _mounted(rules: dict[Path, tuple[int, str]]) -> dict[Path, tuple[int, str]]:
