@@ -16,6 +16,10 @@ from .execution import CodeRunner
 from .sources import Document, SourceError, is_url, read_source
 from .websearch import SearchBackend, SearchResult, SearchUnavailable, search
 
+# the agent fetches on the host's network: for code, a URL it is given would be a way out of --no-network
+NO_NETWORK_FOR_CODE = ("--no-network: executed code has no network, and the agent does not search or fetch URLs "
+                       "for it either (a step of your own, outside execute_python, can)")
+
 
 class MemoryShelf:
     """Ingested documents in the run's vector memory: one id per source and part, so ingesting again replaces."""
@@ -94,6 +98,8 @@ class RunWorkspace:
     def search(self, query: str, max_results: int) -> list[SearchResult]:
         if self.offline:
             raise SearchUnavailable("a replay contacts nothing")
+        if self.from_code and self.settings.no_network:
+            raise SearchUnavailable(NO_NETWORK_FOR_CODE)
         return search(self.search_backend, query, max_results)
 
     def _code_calls(self, name: str, arg: str) -> dict:
@@ -106,6 +112,8 @@ class RunWorkspace:
     def read(self, source: str) -> Document:
         if self.offline and is_url(source):
             raise SourceError("a replay contacts nothing: the recorded run's reading is in its trace")
+        if self.from_code and self.settings.no_network and is_url(source):
+            raise SourceError(NO_NETWORK_FOR_CODE)
         return read_source(source, self.workdir, self.settings.read_timeout, allow=self._within_code_view)
 
     def _within_code_view(self, path: Path, opened: Path) -> None:
