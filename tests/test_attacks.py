@@ -336,3 +336,20 @@ def test_no_secret_reaches_the_embedder_in_a_recall_query(cli, llm, isolated):
     queried = json.dumps(llm.embedding_requests[before:])
     assert "pump" in queried, "no recall query reached the embedder"
     assert not leaks(queried), "a secret reached the embedder"
+
+
+def test_a_link_flipped_after_the_open_does_not_get_a_proc_file_past_the_system_check(tmp_path):
+    """read_file judged /proc by the name, resolved after the open: code flipping a link between
+    /proc/self/environ and a plain file got the agent's own /proc files read (26 of 300 calls). The file opened is
+    judged: here the link is flipped at the worst moment, right after the open (in the agent's allow check)."""
+    from miniagi.sources import SourceError, read_file
+
+    (tmp_path / "plain.txt").write_text("harmless\n")
+    (tmp_path / "flip.txt").symlink_to("/proc/self/status")
+
+    def flip(path, opened):
+        os.replace(tmp_path / "plain.txt", tmp_path / "flip.txt")
+
+    with pytest.raises(SourceError, match="system file under /proc"):
+        read_file("flip.txt", tmp_path, allow=flip)
+    assert (tmp_path / "flip.txt").read_text() == "harmless\n"  # the flip happened: the name now says a plain file
