@@ -70,6 +70,7 @@ class RunWorkspace:
         # runs a command that code in execute_python called as a function
         self.tool_handler: Callable[[str, str], dict] | None = None
         self.from_code = 0  # inside a command that code called as a function
+        self.hidden_read: set[Path] = set()  # hidden files the person let the model's own steps read
         self.mcp = None  # the run's MCP servers (mcp_tools.McpTools): they live as long as this workspace
 
     def attach(self, *, memory: RunMemory, summarize: Callable[[str], str], step: Callable[[], int],
@@ -120,7 +121,10 @@ class RunWorkspace:
         """The agent reads files outside the sandbox, so what the sandbox hides from code it does not read for
         code (a call from execute_python), nor through a link that leads from what code sees to what it does not
         (code could have planted it for a later step's ingest_data). Judged by the file opened (a link swapped
-        meanwhile changes nothing) and by the name as given (its folders in the work directory are code's)."""
+        meanwhile changes nothing) and by the name as given (its folders in the work directory are code's).
+        The model's own step that names a hidden file (~/.netrc, read, then sent out in a URL) needs the person's
+        yes, -y or not (-y lets commands run in the sandbox; this goes past it); with no one to ask, only
+        --sandbox-allow opens it."""
         sandbox = self.execution.sandbox
         if not sandbox.hides(opened):
             return
@@ -130,6 +134,15 @@ class RunWorkspace:
         if self.from_code or not sandbox.hides(named):
             raise SourceError(f"{path} is hidden from executed code by the sandbox, so it is not read for it (name "
                               "it with --sandbox-allow to let code see it)")
+        if opened in self.hidden_read:
+            return
+        if not self.ui.interactive:
+            raise SourceError(f"{path} is hidden from executed code by the sandbox, and reading it for the model "
+                              "needs the user's yes; no user is present (the user can name it with --sandbox-allow)")
+        if not self.ui.confirm(f"The model asks to read {opened}, which the sandbox hides from executed code: what "
+                               "it reads reaches the model, and from there may leave. Read it?"):
+            raise SourceError(f"the user did not let the agent read {path} (the sandbox hides it)")
+        self.hidden_read.add(opened)
 
     def progress(self, text: str) -> None:
         self.ui.progress(text)

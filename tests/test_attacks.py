@@ -66,7 +66,8 @@ def test_secrets_reach_no_model_request_file_store_or_terminal(cli, llm, isolate
     # executed code never saw them: the allow-listed environment, no agent process in /proc
     assert "MY_SETTING" not in seen[2] and "OPENAI_BASE_URL" not in seen[2] and "'PATH'" in seen[2]
     assert "PAYMENT_SECRET" not in seen[1]  # the .env file is out of the code's reach (the bwrap sandbox)
-    assert "[REDACTED]" in seen[3]  # what the agent itself read of it was redacted on the way back
+    # the model's own read of the .env the sandbox hides needs a yes, and no one is here to give it
+    assert "needs the user's yes; no user is present" in seen[3] and "PAYMENT_SECRET" not in seen[3]
     assert not leaks(json.dumps(llm.requests)), "a secret reached the model"
     for path in (p for p in directory.rglob("*") if p.is_file()):  # the checkpoints too
         assert not leaks(path.read_bytes().decode("latin-1")), f"a secret reached {path.name}"
