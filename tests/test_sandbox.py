@@ -723,16 +723,21 @@ def test_programs_the_agent_starts_are_never_taken_from_a_path_folder_code_could
     assert not ran.exists(), ran.read_text()
 
 
-def test_a_path_folder_of_the_work_directory_not_made_yet_is_read_only_to_code(cli, llm, isolated):
-    """Code made WORK/bin, on the user's PATH but not there yet, and put programs in it for the user's shell and
-    the next run to start. bwrap lays an empty read-only folder there."""
-    code = "mkdir -p bin; echo '#!/bin/sh' > bin/ls && echo PLANTED; ls -A bin | wc -l"
+@pytest.mark.parametrize("entry", ["bin", ".venv/bin"])
+def test_a_path_folder_of_the_work_directory_not_made_yet_is_read_only_to_code(cli, llm, isolated, entry):
+    """Code made WORK/bin (or .venv/bin before the venv), on the user's PATH but not there yet, and put programs in
+    it for the user's shell and the next run to start. bwrap lays an empty read-only folder there for the run (the
+    folder above it cannot be renamed), and nothing of it is left after."""
+    top = entry.split("/")[0]
+    code = (f"mv {top} moved; mkdir -p {entry}; echo '#!/bin/sh' > {entry}/ls && echo PLANTED; "
+            f"ls -A {entry} | wc -l")
     llm.add(act("execute_shell", code), act("done", "ok"))
-    proc = cli("-y", "--sandbox", "bwrap", "plant", env={"PATH": f"{isolated.work / 'bin'}:{os.environ['PATH']}"})
+    proc = cli("-y", "--sandbox", "bwrap", "plant", env={"PATH": f"{isolated.work / entry}:{os.environ['PATH']}"})
     assert proc.returncode == 0, proc.stderr
     _, seen = newest(isolated.home)
     assert "PLANTED" not in seen[1] and "Read-only file system" in seen[1], seen[1]
-    assert not (isolated.work / "bin" / "ls").exists()
+    assert not (isolated.work / entry / "ls").exists() and not (isolated.work / "moved").exists()
+    assert not (isolated.work / top).exists()  # made for the run, taken away after
 
 
 def test_with_the_home_as_work_directory_code_cannot_plant_what_shells_and_python_run_at_start(cli, llm, isolated):
@@ -765,3 +770,20 @@ attempt('moved', lambda: os.rename(os.path.expanduser('~/.local'), os.path.expan
     assert (isolated.work / ".profile").read_text() == "# the user's own\n"
     left = sorted(p.name for p in isolated.work.iterdir())
     assert not {".local", "bin", "moved", ".bashrc", ".bash_profile", ".zshrc"} & set(left), left
+
+
+def test_code_cannot_carry_a_read_only_path_folder_away_by_renaming_the_folder_above_it(cli, llm, isolated):
+    """WORK/tools/bin, on the PATH, was read-only, but code could rename WORK/tools (the mount went with it) and
+    make a new tools/bin with its own programs in it. Every folder above a kept path is a mount point now."""
+    (isolated.work / "tools" / "bin").mkdir(parents=True)
+    (isolated.work / "tools" / "notes.txt").write_text("the user's\n")
+    code = ("mv tools tools.old; mkdir -p tools/bin && echo '#!/bin/sh' > tools/bin/ls && echo PLANTED; "
+            "echo more >> tools/notes.txt && echo WRITABLE")
+    llm.add(act("execute_shell", code), act("done", "ok"))
+    proc = cli("-y", "--sandbox", "bwrap", "plant",
+               env={"PATH": f"{isolated.work / 'tools' / 'bin'}:{os.environ['PATH']}"})
+    assert proc.returncode == 0, proc.stderr
+    _, seen = newest(isolated.home)
+    assert "PLANTED" not in seen[1] and "busy" in seen[1], seen[1]
+    assert "WRITABLE" in seen[1]  # the folder itself is the work directory's, read-write as before
+    assert not (isolated.work / "tools" / "bin" / "ls").exists() and not (isolated.work / "tools.old").exists()

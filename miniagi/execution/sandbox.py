@@ -394,7 +394,7 @@ class Bubblewrap(NamespaceSandbox):
         super().close()
         # what bwrap made to lay an empty read-only file or folder where none was goes (an empty ~/.bash_profile
         # left behind would keep a login shell from reading ~/.profile); what is no longer empty stays
-        for path, first in self._made.items():
+        for path, first in sorted(self._made.items(), key=lambda made: -len(made[0].parts)):  # deepest first
             for made in (path, *path.parents):
                 if not _remove_if_empty(made) or made == first:
                     break
@@ -474,10 +474,10 @@ def _rules(policy: Policy) -> dict[Path, tuple[int, str]]:
             rule(path, "ro", 1)
     # a PATH folder of the work directory's that does not exist yet (WORK/bin, .venv/bin before the venv): code
     # would make it and plant programs the user's shell, or the next run, starts as the user; an empty read-only
-    # folder is laid there instead
+    # folder is laid on the first missing folder of its path instead (.venv: code cannot make the venv this run)
     for path in (Path(os.path.realpath(entry)) for entry in entries if _real(entry) is None):
         if workdir and _under(path, workdir) and path != workdir:
-            rule(path, "hide", 1)
+            rule(next(p for p in (*reversed(path.parents), path) if not os.path.lexists(p)), "hide", 1)
     # what the user's shell and Python run at their next start, where code could write it (the home is, or is in,
     # the work directory: a .pth code put in the user site ran at the next `miniagi runs`): read-only, and where it
     # is missing, an empty read-only one, made for the run and taken away after (see Bubblewrap.close). Each is
@@ -492,6 +492,19 @@ def _rules(policy: Policy) -> dict[Path, tuple[int, str]]:
         rule(resolver, "ro", 1)
     for path in allowed:
         rule(path, "rw" if workdir and _under(path, workdir) else "ro", 3)
+    return _pinned(rules, workdir)
+
+
+def _pinned(rules: dict[Path, tuple[int, str]], workdir: Path | None) -> dict[Path, tuple[int, str]]:
+    """The rules, and each folder between the work directory and what they keep from code bound onto itself: code
+    can rename a folder of the work directory, and what is mounted in it goes along (`mv .cargo x; mkdir -p
+    .cargo/bin` and a planted cargo is on the PATH again); a mount point cannot be renamed or removed."""
+    for path, (_, how) in list(rules.items()):
+        if how != "rw" and workdir and _under(path, workdir):
+            for above in path.parents:
+                if not _under(above, workdir) or above == workdir:
+                    break
+                rules.setdefault(above, (0, "rw"))
     return rules
 
 
