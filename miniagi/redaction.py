@@ -68,6 +68,18 @@ URL_PASSWORD = re.compile(r"(?<![a-zA-Z0-9+.\-])([a-zA-Z0-9+.\-]+://[^\s:/@\"'<>
 ASSIGNMENT = re.compile(
     r"(?<![A-Za-z0-9_.\-])(?P<name>[A-Za-z0-9_.\-]+)(?P<quote1>[\"']?)(?P<sep>\s*[=:]\s*)(?P<quote>[\"']?)"
     r"(?P<value>[^\s\"',;{}()\[\]<>\x00]{4,})")
+# a password in the files and command lines that hold one with no name to say so, each pattern run only on a text
+# holding its word (the `when`), its value redacted only where it has a credential's mix (see credential_like):
+# ~/.netrc's `machine H login U password P` and `password P` on a line of its own, ~/.pgpass's host:port:db:user:pw
+# lines, `mysql -pPW`, `curl -u user:pw`, `sshpass -p PW` (each command's scan bounded: linear in the text)
+CREDENTIAL_FORMS: tuple[tuple[str, re.Pattern], ...] = tuple((when, re.compile(pattern)) for when, pattern in (
+    ("password", r"\bmachine[ \t]+\S+[ \t]+login[ \t]+\S+[ \t]+password[ \t]+(?P<value>\S+)"),
+    ("password", r"(?m)^[ \t]*password[ \t]+(?P<value>\S+)[ \t]*$"),
+    (":", r"(?m)^[^\s:#][^\s:]*:(?:[0-9]+|\*):[^\s:]+:[^\s:]+:(?P<value>\S+)$"),
+    ("mysql", r"\bmysql[a-z]*\b[^\n|;&]{0,200}?[ \t]-p['\"]?(?P<value>[^\s'\"]+)"),
+    ("curl", r"\bcurl\b[^\n|;&]{0,200}?[ \t](?:-u[ \t]*|--user[ \t=]+)['\"]?[^\s:'\"]+:(?P<value>[^\s'\"]+)"),
+    ("sshpass", r"\bsshpass[ \t]+-p[ \t]*['\"]?(?P<value>[^\s'\"]+)"),
+))
 # every name is_secret_name accepts holds one of these (any case): a text without them has no secret assignment
 _NAME_MARKS = ("key", "token", "secret", "pass", "pwd", "credential", "auth", "cookie", "private", "webhook", "dsn",
                "signature")
@@ -86,6 +98,21 @@ def is_secret_name(name: str) -> bool:
 def looks_like_secret(value: str) -> bool:
     """Whether a value, whatever its name, has a credential's shape."""
     return bool(URL_PASSWORD.search(value) or any(shape.search(value) for shape in SHAPES))
+
+
+def credential_like(value: str) -> bool:
+    """A value with a credential's mix: 6 characters or more, a letter, and a digit or a sign that words do not
+    hold (prose, numbers and words like well-known or don't never have it)."""
+    return (len(value) >= 6 and any(c.isalpha() for c in value)
+            and any(c.isdigit() or not (c.isalpha() or c in "-'.,") for c in value))
+
+
+def _credential_form(match: re.Match) -> str:
+    value = match.group("value")
+    if value == REDACTED or not credential_like(value):
+        return match.group(0)
+    return match.group(0)[:match.start("value") - match.start(0)] + REDACTED + match.group(0)[match.end("value")
+                                                                                             - match.start(0):]
 
 
 def _literal_value(value: str, name_is_upper: bool, quoted: bool) -> bool:
@@ -144,6 +171,9 @@ class Redactor:
         for shape in SHAPES:
             if shape is not BEARER or "bearer " in lower:
                 text = shape.sub(REDACTED, text)
+        for when, form in CREDENTIAL_FORMS:
+            if when in text:
+                text = form.sub(_credential_form, text)
         if not any(mark in lower for mark in _NAME_MARKS):
             return text
         return ASSIGNMENT.sub(self._assignment, text)

@@ -84,17 +84,19 @@ def read_file(spec: str, workdir: Path, allow: Callable[[Path, Path], None] | No
     except OSError as exc:
         raise SourceError(f"cannot read {spec}: {exc.strerror or exc}") from None
     with os.fdopen(fd, "rb") as handle:
-        if allow is not None:  # judged by what was opened, not by a name that a link can change meanwhile
-            try:
-                opened = Path(os.readlink(f"/proc/self/fd/{fd}"))
-            except OSError:
-                opened = Path(os.path.realpath(path))
+        # judged by what was opened, not by a name that a link can change meanwhile (code flipping a link between
+        # /proc/self/environ and a plain file got the agent's own /proc files past a check of the name)
+        try:
+            opened = Path(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            opened = Path(os.path.realpath(path))
+        if allow is not None:
             allow(path, opened)
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise SourceError(f"{spec} is not a regular file ({_file_kind(info.st_mode)}): only files with "
                               "contents can be read")
-        if any(path.resolve().is_relative_to(system) for system in SYSTEM_DIRS):
+        if any(opened.is_relative_to(system) for system in SYSTEM_DIRS):
             raise SourceError(f"{spec} is a system file under {', '.join(map(str, SYSTEM_DIRS))}, not a document")
         if info.st_size > MAX_FILE_BYTES:
             raise SourceError(f"{spec} is {info.st_size / 1e6:.0f} MB, over the {MAX_FILE_BYTES // 2**20} MB limit: "

@@ -16,6 +16,10 @@ from .execution import CodeRunner
 from .sources import Document, SourceError, is_url, read_source
 from .websearch import SearchBackend, SearchResult, SearchUnavailable, search
 
+# the agent fetches on the host's network: for code, a URL it is given would be a way out of --no-network
+NO_NETWORK_FOR_CODE = ("--no-network: executed code has no network, and the agent does not search or fetch URLs "
+                       "for it either (a step of your own, outside execute_python, can)")
+
 
 class MemoryShelf:
     """Ingested documents in the run's vector memory: one id per source and part, so ingesting again replaces."""
@@ -66,6 +70,7 @@ class RunWorkspace:
         # runs a command that code in execute_python called as a function
         self.tool_handler: Callable[[str, str], dict] | None = None
         self.from_code = 0  # inside a command that code called as a function
+        self.hidden_read: set[Path] = set()  # hidden files the person let the model's own steps read
         self.mcp = None  # the run's MCP servers (mcp_tools.McpTools): they live as long as this workspace
 
     def attach(self, *, memory: RunMemory, summarize: Callable[[str], str], step: Callable[[], int],
@@ -94,6 +99,8 @@ class RunWorkspace:
     def search(self, query: str, max_results: int) -> list[SearchResult]:
         if self.offline:
             raise SearchUnavailable("a replay contacts nothing")
+        if self.from_code and self.settings.no_network:
+            raise SearchUnavailable(NO_NETWORK_FOR_CODE)
         return search(self.search_backend, query, max_results)
 
     def _code_calls(self, name: str, arg: str) -> dict:
@@ -106,13 +113,18 @@ class RunWorkspace:
     def read(self, source: str) -> Document:
         if self.offline and is_url(source):
             raise SourceError("a replay contacts nothing: the recorded run's reading is in its trace")
+        if self.from_code and self.settings.no_network and is_url(source):
+            raise SourceError(NO_NETWORK_FOR_CODE)
         return read_source(source, self.workdir, self.settings.read_timeout, allow=self._within_code_view)
 
     def _within_code_view(self, path: Path, opened: Path) -> None:
         """The agent reads files outside the sandbox, so what the sandbox hides from code it does not read for
         code (a call from execute_python), nor through a link that leads from what code sees to what it does not
         (code could have planted it for a later step's ingest_data). Judged by the file opened (a link swapped
-        meanwhile changes nothing) and by the name as given (its folders in the work directory are code's)."""
+        meanwhile changes nothing) and by the name as given (its folders in the work directory are code's).
+        The model's own step that names a hidden file (~/.netrc, read, then sent out in a URL) needs the person's
+        yes, -y or not (-y lets commands run in the sandbox; this goes past it); with no one to ask, only
+        --sandbox-allow opens it."""
         sandbox = self.execution.sandbox
         if not sandbox.hides(opened):
             return
@@ -122,6 +134,15 @@ class RunWorkspace:
         if self.from_code or not sandbox.hides(named):
             raise SourceError(f"{path} is hidden from executed code by the sandbox, so it is not read for it (name "
                               "it with --sandbox-allow to let code see it)")
+        if opened in self.hidden_read:
+            return
+        if not self.ui.interactive:
+            raise SourceError(f"{path} is hidden from executed code by the sandbox, and reading it for the model "
+                              "needs the user's yes; no user is present (the user can name it with --sandbox-allow)")
+        if not self.ui.confirm(f"The model asks to read {opened}, which the sandbox hides from executed code: what "
+                               "it reads reaches the model, and from there may leave. Read it?"):
+            raise SourceError(f"the user did not let the agent read {path} (the sandbox hides it)")
+        self.hidden_read.add(opened)
 
     def progress(self, text: str) -> None:
         self.ui.progress(text)

@@ -66,7 +66,8 @@ def test_secrets_reach_no_model_request_file_store_or_terminal(cli, llm, isolate
     # executed code never saw them: the allow-listed environment, no agent process in /proc
     assert "MY_SETTING" not in seen[2] and "OPENAI_BASE_URL" not in seen[2] and "'PATH'" in seen[2]
     assert "PAYMENT_SECRET" not in seen[1]  # the .env file is out of the code's reach (the bwrap sandbox)
-    assert "[REDACTED]" in seen[3]  # what the agent itself read of it was redacted on the way back
+    # the model's own read of the .env the sandbox hides needs a yes, and no one is here to give it
+    assert "needs the user's yes; no user is present" in seen[3] and "PAYMENT_SECRET" not in seen[3]
     assert not leaks(json.dumps(llm.requests)), "a secret reached the model"
     for path in (p for p in directory.rglob("*") if p.is_file()):  # the checkpoints too
         assert not leaks(path.read_bytes().decode("latin-1")), f"a secret reached {path.name}"
@@ -338,3 +339,20 @@ def test_no_secret_reaches_the_embedder_in_a_recall_query(cli, llm, isolated):
     queried = json.dumps(llm.embedding_requests[before:])
     assert "pump" in queried, "no recall query reached the embedder"
     assert not leaks(queried), "a secret reached the embedder"
+
+
+def test_a_link_flipped_after_the_open_does_not_get_a_proc_file_past_the_system_check(tmp_path):
+    """read_file judged /proc by the name, resolved after the open: code flipping a link between
+    /proc/self/environ and a plain file got the agent's own /proc files read (26 of 300 calls). The file opened is
+    judged: here the link is flipped at the worst moment, right after the open (in the agent's allow check)."""
+    from miniagi.sources import SourceError, read_file
+
+    (tmp_path / "plain.txt").write_text("harmless\n")
+    (tmp_path / "flip.txt").symlink_to("/proc/self/status")
+
+    def flip(path, opened):
+        os.replace(tmp_path / "plain.txt", tmp_path / "flip.txt")
+
+    with pytest.raises(SourceError, match="system file under /proc"):
+        read_file("flip.txt", tmp_path, allow=flip)
+    assert (tmp_path / "flip.txt").read_text() == "harmless\n"  # the flip happened: the name now says a plain file

@@ -118,3 +118,39 @@ def test_ctrl_c_at_a_prompt_leaves_the_next_message_on_a_line_of_its_own(capsys)
     with pytest.raises(KeyboardInterrupt):
         terminal.ask_user("Which colour?")
     assert capsys.readouterr().err.endswith("^C\n")
+
+
+def test_the_models_own_read_of_a_file_the_sandbox_hides_needs_a_yes_even_with_y(llm, isolated):
+    """The model (steered by a page) read ~/.netrc with ingest_data, asked nothing, and sent it out in a URL at the
+    next step. Reading a hidden file for the model now takes the person's yes, -y or not; one yes per file."""
+    home = isolated.work.parent / "user-home"
+    home.mkdir(exist_ok=True)
+    (home / ".netrc").write_text("# NETRC-BODY-1\nmachine api.example.com login alice password Pw-4471x\n")
+    (home / ".pgpass").write_text("PGPASS-BODY-2 is in here\n")
+    llm.responder = lambda request: "It is a note." if request["messages"][0]["role"] != "system" else None
+    llm.add(act("process_data", "What is it?|~/.netrc"), act("process_data", "What is it?|~/.pgpass"),
+            act("process_data", "What is it?|~/.pgpass"), act("done", "ok"))
+    proc = run_in_terminal(llm, isolated, "n\ny\n", "-y", "--sandbox", "bwrap", "read the dotfiles")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("The model asks to read") == 2, proc.stderr
+    seen = json.dumps(llm.requests)
+    assert "NETRC-BODY-1" not in seen and f"did not let the agent read {home / '.netrc'}" in seen
+    assert seen.count("PGPASS-BODY-2") >= 2  # read after the yes, and again without asking
+
+
+def test_unattended_the_models_read_of_a_hidden_file_is_refused_unless_sandbox_allow_names_it(cli, llm, isolated):
+    home = isolated.work.parent / "user-home"
+    home.mkdir(exist_ok=True)
+    (home / ".netrc").write_text("# NETRC-BODY-1\nmachine api.example.com login alice password Pw-4471x\n")
+    llm.responder = lambda request: "It is a note." if request["messages"][0]["role"] != "system" else None
+    llm.add(act("process_data", "What is it?|~/.netrc"), act("done", "ok"))
+    proc = cli("-y", "--sandbox", "bwrap", "read the dotfile")
+    assert proc.returncode == 0, proc.stderr
+    seen = json.dumps(llm.requests)
+    assert "NETRC-BODY-1" not in seen and "needs the user's yes; no user is present" in seen
+    llm.add(act("process_data", "What is it?|~/.netrc"), act("done", "ok"))
+    proc = cli("-y", "--sandbox", "bwrap", "--sandbox-allow", str(home / ".netrc"), "read the dotfile")
+    assert proc.returncode == 0, proc.stderr
+    # read for the summarizer, the password redacted on the way (netrc's form)
+    seen = json.dumps(llm.requests)
+    assert "NETRC-BODY-1" in seen and "login alice password [REDACTED]" in seen and "Pw-4471x" not in seen

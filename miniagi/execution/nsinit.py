@@ -18,10 +18,11 @@ With --become-root (bwrap started by root, see hostids.py: bwrap leaves it every
 where the host's root is not mapped), it takes that namespace's uid and gid 0 (nobody outside) and no
 supplementary group, then drops every capability the same way.
 
-With either, it also forbids what would leave a setuid or setgid file behind (see forbid_set_id_modes): the work
-directory is written as its owner, often the host's root, and such a file would run as that owner for anyone.
+Always, it forbids what would leave a setuid or setgid file behind (see forbid_set_id_modes): the work directory is
+written as its owner, often the host's root, and such a file would run as that owner for anyone. The same filter
+refuses every call of another architecture's (i386's `int 0x80`) and io_uring, whose operations seccomp never sees.
 
-Always, it refuses fallocate (see forbid_allocation): --exec-disk then holds within one command.
+Always, it refuses fallocate and io_uring (see forbid_allocation): --exec-disk then holds within one command.
 
 With --hide=FOLDER (the namespace sandbox, for each folder it hides: the agent's home, with its runs and their
 checkpoints), it first lays an empty read-only tmpfs over the folder; without privileges code cannot take it away.
@@ -133,15 +134,19 @@ def forbid_set_id_modes() -> None:
     """A seccomp filter: chmod, open, mkdir and mknod (every variant) fail with EPERM when the mode asks for the
     setuid or setgid bit, and file capabilities (extended attributes) cannot be set. Files that code writes are
     stored under the work directory's owner (as root, the host's root): such a file would be a way in for any local
-    user. Other architectures are left as they are (the docs say so)."""
+    user. Every call made through another architecture's entry (i386's `int 0x80` on x86_64, arm32 on aarch64:
+    numbers of their own, none of them checked here) and io_uring (whose operations, IORING_OP_OPENAT among them,
+    never pass seccomp) fail with ENOSYS. Other machines are left as they are (the docs say so)."""
     arch = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}.get(os.uname().machine)  # (platform: a slow import)
     if arch is None:
         return
     ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
     allow, deny = 0x7FFF0000, 0x00050000 | 1  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EPERM
     calls = SET_ID_CALLS[arch]
-    # the program, with jumps to labels: ("ALLOW"), ("DENY") or ("arg", i): the check of the i-th call's mode
-    program: list[tuple] = [(ld, 4), (jeq, arch, None, "ALLOW"), (ld, 0), (jge, 0x40000000, "DENY", None)]
+    # the program, with jumps to labels: ("ALLOW"), ("DENY"), ("NOSYS") or ("arg", i): the check of the i-th call's
+    # mode
+    program: list[tuple] = [(ld, 4), (jeq, arch, None, "NOSYS"), (ld, 0), (jge, 0x40000000, "DENY", None)]
+    program += [(jeq, nr, "NOSYS", None) for nr in IO_URING]
     program += [(jeq, nr, ("arg", i), None) for i, (nr, _) in enumerate(calls)]
     program.append((ret, allow))
     where: dict = {}
@@ -149,20 +154,23 @@ def forbid_set_id_modes() -> None:
         where[("arg", i)] = len(program)
         program += [(ld, 16 + 8 * index), (jset, SET_ID_BITS, "DENY", "ALLOW")] if index is not None else [
             (ret, deny)]
-    where["DENY"], where["ALLOW"] = len(program), len(program) + 1
-    program += [(ret, deny), (ret, allow)]
+    where["DENY"], where["ALLOW"], where["NOSYS"] = len(program), len(program) + 1, len(program) + 2
+    program += [(ret, deny), (ret, allow), (ret, NOSYS)]
     _seccomp(program, where, "forbidding setuid and setgid files (seccomp)")
 
 
 FALLOCATE = {0xC000003E: 285, 0xC00000B7: 47}  # x86_64, aarch64
 I386, I386_FALLOCATE, X32 = 0x40000003, 324, 0x40000000
+IO_URING = (425, 426, 427)  # io_uring_setup, _enter, _register: the same numbers on x86_64, i386 and aarch64
+NOSYS = 0x00050000 | 38  # SECCOMP_RET_ERRNO | ENOSYS: "not here", and programs (liburing's users) fall back
 
 
 def forbid_allocation() -> None:
     """A seccomp filter: fallocate (posix_fallocate, `fallocate`) fails with EOPNOTSUPP, so no call gives a file
     blocks without writing them. An allocation is instant, and --exec-disk's meter, which samples, could not stop
     one command of them in time (60 x 20 MB under a 20 MB limit); a program falls back to writing (glibc's
-    posix_fallocate does), and what it writes is counted and capped (RLIMIT_FSIZE) like any write."""
+    posix_fallocate does), and what it writes is counted and capped (RLIMIT_FSIZE) like any write. io_uring fails
+    with ENOSYS: its operations never pass seccomp (IORING_OP_FALLOCATE left 40 x 15 MB under a 20 MB limit)."""
     arch = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}.get(os.uname().machine)  # (platform: a slow import)
     if arch is None:
         return
@@ -171,12 +179,13 @@ def forbid_allocation() -> None:
     program: list[tuple] = [(ld, 4)]
     if arch == 0xC000003E:  # 32-bit programs have their own numbers
         program.append((jeq, I386, "I386", None))
-    program += [(jeq, arch, None, "ALLOW"), (ld, 0), (jeq, FALLOCATE[arch], "REFUSE", None),
-                (jeq, FALLOCATE[arch] | X32, "REFUSE", "ALLOW")]
+    program += [(jeq, arch, None, "ALLOW"), (ld, 0), *((jeq, nr | x32, "NOSYS", None) for nr in IO_URING
+                                                         for x32 in (0, X32)),
+                (jeq, FALLOCATE[arch], "REFUSE", None), (jeq, FALLOCATE[arch] | X32, "REFUSE", "ALLOW")]
     where = {"I386": len(program)}
-    program += [(ld, 0), (jeq, I386_FALLOCATE, "REFUSE", "ALLOW")]
-    where["REFUSE"], where["ALLOW"] = len(program), len(program) + 1
-    program += [(ret, unsupported), (ret, allow)]
+    program += [(ld, 0), *((jeq, nr, "NOSYS", None) for nr in IO_URING), (jeq, I386_FALLOCATE, "REFUSE", "ALLOW")]
+    where["REFUSE"], where["ALLOW"], where["NOSYS"] = len(program), len(program) + 1, len(program) + 2
+    program += [(ret, unsupported), (ret, allow), (ret, NOSYS)]
     _seccomp(program, where, "refusing fallocate (seccomp)")
 
 
@@ -229,18 +238,19 @@ def scope_abstract_sockets() -> None:
 def main() -> int:
     lifeline = int(sys.argv[1])
     flags, argv = sys.argv[2:sys.argv.index("--")], sys.argv[sys.argv.index("--") + 1:]
-    if "--drop-privileges" in flags or "--become-root" in flags:
-        try:
+    try:
+        if "--drop-privileges" in flags or "--become-root" in flags:
             if "--become-root" in flags:  # bwrap started by root: become the namespace's root, nobody outside
                 os.setgroups([])
                 os.setresgid(0, 0, 0)
                 os.setresuid(0, 0, 0)
             hide([flag.removeprefix("--hide=") for flag in flags if flag.startswith("--hide=")])
             drop_privileges(remount="--drop-privileges" in flags)
-            forbid_set_id_modes()
-        except OSError as exc:  # never run code with privileges it was meant not to have
-            print(f"nsinit: {exc.strerror}", file=sys.stderr)
-            return 125
+        # (also under a user's bwrap: a setuid file of the user's would run as that user for anyone)
+        forbid_set_id_modes()
+    except OSError as exc:  # never run code with privileges it was meant not to have
+        print(f"nsinit: {exc.strerror}", file=sys.stderr)
+        return 125
     try:
         forbid_allocation()
     except OSError as exc:  # --exec-disk's meter still counts what is written: said, and the code runs

@@ -28,6 +28,7 @@ import os
 import select
 import shlex
 import shutil
+import stat
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -210,7 +211,7 @@ class Namespace(NamespaceSandbox):
     FLAGS = ("--user", "--map-root-user", "--pid", "--fork", "--mount-proc", "--kill-child")
 
     def _find_program(self) -> str | None:
-        return shutil.which("unshare", path=self.policy.path)
+        return find_program("unshare", self.policy.path, self.policy.workdir)
 
     def launch(self, argv: list[str]) -> Launch:
         flags = [*self.FLAGS, *(() if self.policy.network else ("--net",))]
@@ -283,6 +284,7 @@ class Bubblewrap(NamespaceSandbox):
         self.host_ids: HostIds | None = None  # as root: the code's uid is nobody on the host
         self.host_root = ""  # as root without them: why the code's uid is the host's root
         self._view_rules: dict[Path, tuple[int, str]] | None = None  # what code sees of the system, made once
+        self._made: dict[Path, Path] = {}  # mount points bwrap makes in the work directory: the first folder made
 
     def hides(self, path: Path) -> bool:
         if self._view_rules is None:  # the policy does not change: its rules (homes listed, PATH walked) are made once
@@ -290,9 +292,18 @@ class Bubblewrap(NamespaceSandbox):
         return hidden_from_code(self.policy, path, self._view_rules)
 
     def _find_program(self) -> str | None:
-        return shutil.which("bwrap", path=self.policy.path)
+        return find_program("bwrap", self.policy.path, self.policy.workdir)
 
     def probe(self) -> str:
+        """Why bwrap cannot be used here. When bwrap itself starts but not with this run's mounts, that is no reason
+        to fall back (the paths of a work directory are code's to shape: `ln -s .env .env` made the next run drop
+        to namespace): a ConfigError that says which."""
+        if self.program:
+            looping = [path for path, (_, how) in _mounted(_rules(self.policy)).items()
+                       if how in ("hide", "ro") and path.is_symlink()]
+            if looping:
+                raise ConfigError(f"{looping[0]} is a link that leads back to itself: bwrap cannot lay an empty file "
+                                  f"over it to hide it; remove it (rm {shlex.quote(str(looping[0]))}) and start again")
         if os.geteuid() == 0 and self.program:
             self.host_root = self._unprivileged()
             if self.host_ids:
@@ -303,11 +314,28 @@ class Bubblewrap(NamespaceSandbox):
             if not super().probe():
                 return ""
             self.no_nested_userns = True
+        if why and self.program and self._starts_bare():
+            raise ConfigError(f"bwrap works here, but not with this run's mounts ({why}); a path in the work "
+                              "directory may be in the way: fix it, or choose a weaker --sandbox yourself")
         return why
+
+    def _starts_bare(self) -> bool:
+        """Whether a bwrap that mounts nothing of the run's starts here (the system gives it user namespaces)."""
+        for nested in (("--disable-userns",), ()):
+            argv = [self.program, "--unshare-user", *nested, "--cap-drop", "ALL", *self.NAMESPACES,
+                    *(() if self.policy.network else ("--unshare-net",)), "--ro-bind", "/", "/", "--dev", "/dev",
+                    "--proc", "/proc", "--", "true"]
+            try:
+                if subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL, timeout=30).returncode == 0:
+                    return True
+            except (OSError, subprocess.TimeoutExpired):
+                return False
+        return False
 
     def _unprivileged(self) -> str:
         """Run the code as nobody on the host (see hostids.py); why not, when that cannot be had here."""
-        self.nsenter = shutil.which("nsenter", path=self.policy.path)
+        self.nsenter = find_program("nsenter", self.policy.path, self.policy.workdir)
         if self.nsenter is None:
             return "no nsenter"
         paths = [p for p in (_real(a) for a in (self.policy.workdir, *self.policy.allowed)) if p is not None]
@@ -334,8 +362,12 @@ class Bubblewrap(NamespaceSandbox):
             inits = ("--become-root",)
         else:
             users = ["--unshare-user", *(("--disable-userns",) if self.no_nested_userns else ()), "--cap-drop", "ALL"]
+        rules = _rules(self.policy)
+        for path, (_, how) in rules.items():
+            if how in ("hide", "blank") and not os.path.lexists(path) and path not in self._made:
+                self._made[path] = next(p for p in (*reversed(path.parents), path) if not os.path.lexists(p))
         flags = [*users, *self.NAMESPACES, *(() if self.policy.network else ("--unshare-net",)),
-                 "--as-pid-1", *file_system(self.policy), "--chdir", str(self.policy.workdir)]
+                 "--as-pid-1", *file_system(self.policy, rules), "--chdir", str(self.policy.workdir)]
         argv = [*prefix, self.program, *flags, "--", *self._nsinit(argv, *inits)]
         return Launch(self._launcher(argv, ignore_interrupt=True), tuple(fds))
 
@@ -360,6 +392,13 @@ class Bubblewrap(NamespaceSandbox):
             self.host_ids.close()
             self.host_ids = None
         super().close()
+        # what bwrap made to lay an empty read-only file or folder where none was goes (an empty ~/.bash_profile
+        # left behind would keep a login shell from reading ~/.profile); what is no longer empty stays
+        for path, first in sorted(self._made.items(), key=lambda made: -len(made[0].parts)):  # deepest first
+            for made in (path, *path.parents):
+                if not _remove_if_empty(made) or made == first:
+                    break
+        self._made = {}
 
 
 SANDBOXES: dict[str, type[Sandbox]] = {"bwrap": Bubblewrap, "namespace": Namespace, "none": Unconfined}
@@ -383,6 +422,20 @@ def open_sandbox(kind: str, policy: Policy) -> tuple[Sandbox, list[str]]:
     hint = f"; {INSTALL_HINT}" if kind == "bwrap" else ""
     raise ConfigError(f"--sandbox {kind} cannot be used here ({passed_over[-1]}){hint}; --sandbox auto picks the "
                       "strongest that works")
+
+
+def find_program(name: str, path: str | None, workdir: Path | None = None) -> str | None:
+    """A program the agent starts outside the sandbox (bwrap, unshare, nsenter, bash), looked for only in the PATH's
+    folders code cannot have planted it in: absolute ones, outside the work directory and every folder code has run
+    in (the trust record's list). A `bwrap` that run 1's code put in a PATH folder of the work directory (or a
+    relative one, node_modules/.bin) ran as the user at run 2."""
+    from ..trust import TrustRecord
+
+    reach = [str(p) for p in (_real(workdir) if workdir else None,) if p] + TrustRecord().code_dirs
+    folders = [entry for entry in (path if path is not None else os.defpath).split(os.pathsep)
+               if entry.startswith("/") and not any(_under(Path(os.path.realpath(entry)), Path(place))
+                                                    for place in reach)]
+    return shutil.which(name, path=os.pathsep.join(folders)) if folders else None
 
 
 def _rules(policy: Policy) -> dict[Path, tuple[int, str]]:
@@ -412,18 +465,46 @@ def _rules(policy: Policy) -> dict[Path, tuple[int, str]]:
     # the interpreter and packages the worker and nsinit run from, and the programs of the PATH, wherever a rule
     # above would touch them (a version manager's shims need its root: pyenv, rbenv, nodenv, asdf)
     covered = [Path("/tmp"), *([workdir] if workdir else []), *homes, *hidden]
-    programs = [p for p in (_real(Path(entry)) for entry in (policy.path or "").split(os.pathsep)
-                            if entry.startswith("/")) if p is not None and p.is_dir()]
+    entries = [Path(entry) for entry in (policy.path or "").split(os.pathsep) if entry.startswith("/")]
+    programs = [p for p in map(_real, entries) if p is not None and p.is_dir()]
     programs = [p.parent if p.name == "shims" else p for p in programs]
     programs = [p for p in programs if not any(_under(p, secret) for secret in hidden)]
     for path in [*_installation(), *programs]:
         if any(_under(path, place) for place in covered):
             rule(path, "ro", 1)
+    # a PATH folder of the work directory's that does not exist yet (WORK/bin, .venv/bin before the venv): code
+    # would make it and plant programs the user's shell, or the next run, starts as the user; an empty read-only
+    # folder is laid on the first missing folder of its path instead (.venv: code cannot make the venv this run)
+    for path in (Path(os.path.realpath(entry)) for entry in entries if _real(entry) is None):
+        if workdir and _under(path, workdir) and path != workdir:
+            rule(next(p for p in (*reversed(path.parents), path) if not os.path.lexists(p)), "hide", 1)
+    # what the user's shell and Python run at their next start, where code could write it (the home is, or is in,
+    # the work directory: a .pth code put in the user site ran at the next `miniagi runs`): read-only, and where it
+    # is missing, an empty read-only one, made for the run and taken away after (see Bubblewrap.close). Each is
+    # kept by its first folder under the work directory: a deeper mount could be moved away with its parent
+    for path, is_folder in _run_at_start():
+        real = Path(os.path.realpath(path))
+        if workdir and _under(real, workdir) and real != workdir:
+            top = workdir / real.relative_to(workdir).parts[0]
+            rule(top, "ro" if os.path.lexists(top) else "hide" if is_folder or top != real else "blank", 1)
     resolver = _real(Path("/etc/resolv.conf"))  # often a link into /run (systemd-resolved, resolvconf)
     if resolver and _under(resolver, Path("/run")):
         rule(resolver, "ro", 1)
     for path in allowed:
         rule(path, "rw" if workdir and _under(path, workdir) else "ro", 3)
+    return _pinned(rules, workdir)
+
+
+def _pinned(rules: dict[Path, tuple[int, str]], workdir: Path | None) -> dict[Path, tuple[int, str]]:
+    """The rules, and each folder between the work directory and what they keep from code bound onto itself: code
+    can rename a folder of the work directory, and what is mounted in it goes along (`mv .cargo x; mkdir -p
+    .cargo/bin` and a planted cargo is on the PATH again); a mount point cannot be renamed or removed."""
+    for path, (_, how) in list(rules.items()):
+        if how != "rw" and workdir and _under(path, workdir):
+            for above in path.parents:
+                if not _under(above, workdir) or above == workdir:
+                    break
+                rules.setdefault(above, (0, "rw"))
     return rules
 
 
@@ -437,24 +518,19 @@ def hidden_from_code(policy: Policy, path: Path, rules: dict[Path, tuple[int, st
     return bool(enclosing) and rules[max(enclosing, key=lambda p: len(p.parts))][1] == "hide"
 
 
-def file_system(policy: Policy) -> list[str]:
+def file_system(policy: Policy, rules: dict[Path, tuple[int, str]] | None = None) -> list[str]:
     """bwrap's mounts: the system read-only, the work directory read-write, a private /tmp; the agent's files, the
     home's secrets and /run hidden; miniagi's installation read-only wherever it is; the --sandbox-allow paths
     reopened. A deeper path is mounted later, so the most specific rule wins."""
-    rules = _rules(policy)
-
-    # one read-only bind covers those below it, and a hidden directory what it holds (~/.ssh in an empty home
-    # is missing, not an empty mount point)
-    for path in [p for p, (_, how) in rules.items() if how in ("ro", "hide")]:
-        enclosing = [p for p in rules if p != path and _under(path, p)]
-        if enclosing and rules[max(enclosing, key=lambda p: len(p.parts))][1] == rules[path][1]:
-            del rules[path]
-
+    rules = _mounted(_rules(policy) if rules is None else rules)
     # /proc read-only: /proc/sys and /proc/sysrq-trigger check the uid, not capabilities
     args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--remount-ro", "/proc",
             "--size", str(policy.tmp_bytes), "--perms", "1777", "--tmpfs", "/tmp"]
     remount, made = [], set()
-    fresh = [Path("/tmp"), *(p for p, (_, how) in rules.items() if how == "hide" and p.is_dir())]  # tmpfs
+    def folder(path: Path) -> bool:  # hidden as an empty folder: a folder, or a PATH folder not made yet
+        return path.is_dir() or not os.path.lexists(path)
+
+    fresh = [Path("/tmp"), *(p for p, (_, how) in rules.items() if how == "hide" and folder(p))]  # tmpfs
     for path in sorted(rules, key=lambda p: len(p.parts)):
         how = rules[path][1]
         # the directories leading to a mount point in a tmpfs, made world-searchable (bwrap would copy the mode
@@ -465,16 +541,53 @@ def file_system(policy: Policy) -> list[str]:
             if enclosing in fresh and above not in made and above not in rules:
                 args += ["--perms", "0755", "--dir", str(above)]
                 made.add(above)
-        if how == "hide" and path.is_dir():
+        if how == "hide" and folder(path):
             args += ["--tmpfs", str(path)]
             remount.append(str(path))  # read-only last, once the mounts inside it are made
-        elif how == "hide":
+        elif how in ("hide", "blank"):
             args += ["--ro-bind", _empty_file(), str(path)]
         else:
             args += ["--bind" if how == "rw" else "--ro-bind", str(path), str(path)]
     for path in reversed(remount):
         args += ["--remount-ro", path]
     return args
+
+
+def _remove_if_empty(path: Path) -> bool:
+    """Remove an empty folder or empty regular file (never a link); whether it was removed."""
+    try:
+        status = os.lstat(path)
+        if stat.S_ISDIR(status.st_mode):
+            os.rmdir(path)
+        elif stat.S_ISREG(status.st_mode) and status.st_size == 0:
+            os.unlink(path)
+        else:
+            return False
+    except OSError:
+        return False
+    return True
+
+
+def _run_at_start() -> list[tuple[Path, bool]]:
+    """The folders and files the user's shells and Python run code from when they start (path, is a folder)."""
+    import site
+
+    home = Path.home()
+    folders = [Path(site.getusersitepackages()), home / ".local" / "bin", home / "bin"]
+    files = [home / name for name in (".bashrc", ".profile", ".bash_profile", ".bash_login", ".zshrc", ".zshenv",
+                                      ".zprofile", ".zlogin")]
+    return [(path, True) for path in folders] + [(path, False) for path in files]
+
+
+def _mounted(rules: dict[Path, tuple[int, str]]) -> dict[Path, tuple[int, str]]:
+    """The rules bwrap is given: one read-only bind covers those below it, and a hidden directory what it holds
+    (~/.ssh in an empty home is missing, not an empty mount point)."""
+    rules = dict(rules)
+    for path in [p for p, (_, how) in rules.items() if how in ("ro", "hide")]:
+        enclosing = [p for p in rules if p != path and _under(path, p)]
+        if enclosing and rules[max(enclosing, key=lambda p: len(p.parts))][1] == rules[path][1]:
+            del rules[path]
+    return rules
 
 
 def _empty_file() -> str:

@@ -3,7 +3,7 @@ stdin (interactive programs fail fast); its output and exit code are reported, a
 
 from __future__ import annotations
 
-import shutil
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -12,13 +12,13 @@ from typing import Callable, Mapping
 from .limits import RunLimits
 from .output import ExecResult, Tail, output_file, read_capped
 from .processes import Started, describe_exit, kill_process_group
-from .sandbox import Launch, Sandbox
+from .sandbox import Launch, Sandbox, find_program
 
 CHECK_EVERY_S = 0.05  # how often the disk meter is read while it runs: what a writer gets past it
 
 
 def shell_program() -> list[str]:
-    bash = shutil.which("bash")
+    bash = find_program("bash", os.environ.get("PATH"))
     return [bash, "-c"] if bash else ["/bin/sh", "-c"]
 
 

@@ -29,6 +29,7 @@ import difflib
 import functools
 import importlib
 import json
+import os
 import pkgutil
 import subprocess
 from dataclasses import dataclass
@@ -235,11 +236,22 @@ def one_command_line(decision: Decision) -> Decision:
 
 def _incomplete(line: str) -> bool:
     """Whether a shell line cannot stand alone (bash -n finds an unexpected end: an open loop, quote, block)."""
+    bash = _bash()
+    if bash is None:
+        return False
     try:
-        check = subprocess.run(["bash", "-n", "-c", line], capture_output=True, timeout=5)
+        check = subprocess.run([bash, "-n", "-c", line], capture_output=True, timeout=5)
     except (OSError, subprocess.TimeoutExpired):
         return False
     return check.returncode != 0
+
+
+@functools.lru_cache(maxsize=1)
+def _bash() -> str | None:
+    """The bash the agent runs (outside the sandbox): none that code could have planted on the PATH."""
+    from ..execution.sandbox import find_program
+
+    return find_program("bash", os.environ.get("PATH"))
 
 
 def lenient_json(text: str):
