@@ -465,6 +465,12 @@ def _from_layer(option: Option, layer: Mapping[str, str]) -> Any:
     return None
 
 
+# every name Endpoint reads: where requests go and with which key. trust.ENDPOINT_NAMES is this list, so a .env
+# line naming any of them is judged like the other sensitive settings; `lookup` reads no other name.
+ENDPOINT_ENV = ("OPENAI_BASE_URL", "OPENAI_API_BASE", "OPENAI_API_KEY", "AZURE_OPENAI_ENDPOINT",
+                "AZURE_OPENAI_API_KEY", "OPENAI_API_VERSION")
+
+
 @dataclass(frozen=True)
 class Endpoint:
     """Where the model lives. Kept apart from Settings so the key never reaches a run's files."""

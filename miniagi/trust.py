@@ -29,9 +29,9 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Mapping
 
-from .config import OPTIONS_BY_NAME, ConfigError, Settings, _from_layer, read_dotenv, user_home
+from .config import ENDPOINT_ENV, OPTIONS_BY_NAME, ConfigError, Settings, _from_layer, read_dotenv, user_home
 
-ENDPOINT_NAMES = ("OPENAI_BASE_URL", "OPENAI_API_BASE", "OPENAI_API_KEY")  # where requests go, with which key
+ENDPOINT_NAMES = ENDPOINT_ENV  # where requests go, with which key: every name config.Endpoint reads
 # where data goes, what executed code sees or may reach, whether a person approves, where runs are kept
 # (mcp_config: the servers it names are programs run outside the sandbox)
 WIDENING = tuple(name for name in ("pass_env", "memory_url", "embedding_model", "prices", "yes", "home", "sandbox",
@@ -233,7 +233,7 @@ def _sensitive_name(name: str) -> bool:
 
 
 def _shown(name: str, value: str) -> str:
-    if name == "OPENAI_API_KEY":
+    if name.endswith("API_KEY"):
         return "(a different key)"
     from .redaction import REDACTED, URL_PASSWORD
 
