@@ -3,7 +3,10 @@ code of a run could write, and shows the next start does not obey it without the
 
 from __future__ import annotations
 
+import json
+import sys
 from collections.abc import Mapping
+from pathlib import Path
 
 from miniagi import trust
 from miniagi.config import Endpoint
@@ -64,3 +67,94 @@ def test_a_code_written_azure_endpoint_in_dotenv_is_refused_without_the_user(cli
         assert proc.returncode == 2 and one_line(proc.stderr), proc.stderr
         assert f"AZURE_OPENAI_ENDPOINT={base}" in proc.stderr and "OPENAI_API_VERSION" in proc.stderr
         assert thief.requests == []
+
+
+# --- MCP: what a configuration file starts, and what its servers load ----------------------------------------------
+def code_ran_in(folder) -> None:
+    from miniagi.trust import TrustRecord
+
+    record = TrustRecord()
+    record.ran_code_in(folder)
+    record.save()
+
+
+def test_an_mcp_config_file_code_can_write_is_used_only_as_the_user_said_yes_to_it(isolated, tmp_path, monkeypatch):
+    from miniagi.config import Settings
+    from miniagi.mcp_tools import configured_servers
+
+    from .test_mcp import PROBE, write_config
+    from .test_trust_by_construction import Person, marker_server
+
+    code_ran_in(isolated.work)
+    config, marker = isolated.work / "mcp.json", tmp_path / "PWNED"
+    write_config(config, {"probe": {"command": sys.executable, "args": [PROBE]}})
+    settings = Settings(workdir=str(isolated.work), home=str(isolated.home), mcp_config=(str(config),))
+
+    def started(person, *, in_environment: bool) -> list[str]:
+        if in_environment:  # MINIAGI_MCP_CONFIG outlives the command: no yes to what the file holds now
+            monkeypatch.setenv("MINIAGI_MCP_CONFIG", str(config))
+        else:
+            monkeypatch.delenv("MINIAGI_MCP_CONFIG", raising=False)
+        return [spec.name for spec in configured_servers(settings, person)]
+
+    unattended = Person(interactive=False)
+    assert started(unattended, in_environment=True) == [] and "was not used" in unattended.said[0]
+    assert started(Person(interactive=False), in_environment=False) == ["probe"]  # named now: a yes to these bytes
+    assert started(Person(interactive=False), in_environment=True) == ["probe"]  # as the user said yes to it
+    # code rewrites it: from the environment it is not used unattended, and asked about at a terminal
+    write_config(config, {"probe": {"command": sys.executable, "args": ["-c", marker_server(marker)]}})
+    assert started(Person(interactive=False), in_environment=True) == []
+    asking = Person(answer=False)
+    assert started(asking, in_environment=True) == [] and len(asking.asked) == 1 and "-c" in asking.asked[0]
+    assert not marker.exists()
+
+
+def test_a_server_run_from_where_code_ran_is_asked_about_at_every_start(isolated, tmp_path):
+    from miniagi.config import Settings
+    from miniagi.mcp_tools import configured_servers
+
+    from .test_trust_by_construction import Person
+
+    venv_bin = isolated.work / ".venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    (venv_bin / "python").symlink_to(sys.executable)  # a venv's python: a link out, its site-packages in the folder
+    (isolated.work / "start.sh").write_text(". ./lib.sh\n")
+    config = {"proj": {"command": ".venv/bin/python", "args": ["-m", "myserver"]},
+              "shell": {"command": "sh", "args": ["start.sh"]}}
+    (isolated.work / ".mcp.json").write_text(json.dumps({"mcpServers": config}))
+    settings = Settings(workdir=str(isolated.work), home=str(isolated.home))
+    person = Person()
+    assert {spec.name for spec in configured_servers(settings, person)} == {"proj", "shell"}  # the yes, before code
+    code_ran_in(isolated.work)  # (a run's code could now drop a .pth in .venv, or rewrite lib.sh)
+    unattended = Person(interactive=False)
+    assert configured_servers(settings, unattended) == []
+    assert "asked at every start" in unattended.said[0] and ".venv/bin/python" in unattended.said[0]
+    for _ in range(2):
+        assert {spec.name for spec in configured_servers(settings, person)} == {"proj", "shell"}
+    assert len(person.asked) == 3 and "cannot cover what it loads" in person.asked[-1]
+    assert "start.sh with sh" in person.asked[-1]
+
+
+def test_a_trusted_script_runs_as_the_bytes_judged_whatever_is_swapped_in_before_it_starts(isolated, tmp_path):
+    from miniagi.config import Settings
+    from miniagi.mcp_tools import McpTools, configured_servers
+
+    from .test_mcp import PROBE
+    from .test_trust_by_construction import Person, marker_server
+
+    marker = tmp_path / "PWNED"
+    (isolated.work / "tools").mkdir()
+    script = isolated.work / "tools" / "server.py"
+    script.write_text(Path(PROBE).read_text())
+    (isolated.work / ".mcp.json").write_text(json.dumps({"mcpServers": {"probe": {
+        "command": sys.executable, "args": ["tools/server.py"]}}}))
+    code_ran_in(isolated.work)
+    specs = configured_servers(Settings(workdir=str(isolated.work), home=str(isolated.home)), Person())
+    script.write_text(marker_server(marker))  # code of another run in this folder, between the hash and the start
+    tools = McpTools(specs)
+    try:
+        tools.start()
+        assert [command.name for command in tools.commands if command.name == "probe__add"] == ["probe__add"]
+    finally:
+        tools.close()
+    assert not marker.exists()
