@@ -108,6 +108,51 @@ def read_objectives(path: Path) -> list[Objective]:
     return objectives
 
 
+def judge_lines(path: Path, objectives: list[Objective], settings: Settings, ui) -> list[Objective]:
+    """The objectives of a batch file that code could have written (it lies where code has run: a batch with
+    `--workdir .` runs beside it), as trust.py's one rule has them: a line whose run options are wider than the
+    user's own (`settings`: a trust.WIDENING option, another work directory, a looser limit) runs only once the
+    user said yes to it at the terminal; with no one to ask, it fails alone, saying why. The others run."""
+    from .trust import TrustRecord, narrowed
+
+    record = TrustRecord()
+    if not record.writable_by_code(path):
+        return objectives
+    wider: dict[str, str] = {}  # objective id → what it widens
+    for objective in objectives:
+        if objective.problem or not objective.overrides:
+            continue
+        line_settings = settings.with_overrides(objective.overrides)
+        _, differences = narrowed(line_settings, settings)
+        if "workdir" in objective.overrides and line_settings.workdir_path != settings.workdir_path \
+                and not record.in_reach(str(line_settings.workdir_path)):  # (where code already writes: no wider)
+            differences["workdir"] = f"--workdir {line_settings.workdir}"
+        if differences:
+            wider[objective.id] = ", ".join(differences.values())
+    facts = {f"line {objective.id}": _line_digest(objective) for objective in objectives if objective.id in wider}
+    unconfirmed = set(record.judge(path, facts, new_is_trusted=False))
+    if not unconfirmed:
+        return objectives
+    shown = [objective for objective in objectives if f"line {objective.id}" in unconfirmed]
+    what = (f"{path} can be written by code that runs where it lies, and these lines run with options wider than "
+            "yours:\n" + "\n".join(f"  line {o.line} ({o.id}): {wider[o.id]}" for o in shown))
+    if getattr(ui, "interactive", False) and ui.confirm(f"{what}\nRun them so?"):
+        record.remember(path, facts)
+        record.save()
+        return objectives
+    why = ("not confirmed" if getattr(ui, "interactive", False)
+           else "confirm it by running the batch in a terminal")
+    return [replace(objective, problem=f"{path}:{objective.line}: {wider[objective.id]}: wider than your options, "
+                                       f"in a file code can write ({why})") if objective in shown else objective
+            for objective in objectives]
+
+
+def _line_digest(objective: Objective) -> str:
+    line = {"objective": objective.objective, "check": objective.check, "expect": objective.expect,
+            "setup": objective.setup_dir or objective.setup_command, **objective.overrides}
+    return hashlib.sha256(json.dumps(line, sort_keys=True).encode()).hexdigest()
+
+
 def _objective_of_line(path: Path, number: int, text: str) -> Objective:
     where = f"{path}:{number}"
     try:

@@ -450,7 +450,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_batch(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from .batch import Batch, read_objectives
+    from .batch import Batch, judge_lines, read_objectives
 
     path = Path(args.file)
     objectives = read_objectives(path)
@@ -459,6 +459,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
     options = {name: value for name, value in _flags(args).items() if value is not None}
     settings = resolve_settings(options)  # a bad option fails here, once, not in every worker
     check_dotenv(settings)  # its checks run with the sandbox and limits of ./.env, and its results go to its home
+    objectives = judge_lines(path, objectives, settings, _person())  # a line code wrote widens nothing unasked
     # from the whole file name: jobs.txt and jobs.jsonl beside each other keep their results apart
     out = Path(args.out) if args.out else path.with_name(path.name.replace(".", "-") + "-results")
     cluster = None
@@ -601,10 +602,16 @@ def check_dotenv(settings) -> None:
     """The .env check a run makes (trust.py's one rule), for a command that takes settings from ./.env without
     starting a run of its own first: `ui` (its home), `batch` (its home, and the sandbox its checks run in). A
     .env that code of a run could have written is asked about, or refused with no terminal."""
-    from .terminal import Terminal
     from .trust import DotenvGuard
 
-    DotenvGuard(settings, os.environ).check(Terminal(interactive=sys.stdin is not None and sys.stdin.isatty()))
+    DotenvGuard(settings, os.environ).check(_person())
+
+
+def _person():
+    """The terminal to ask the person at, when stdin is one."""
+    from .terminal import Terminal
+
+    return Terminal(interactive=sys.stdin is not None and sys.stdin.isatty())
 
 
 def cmd_setup(args: argparse.Namespace) -> int:

@@ -158,3 +158,26 @@ def test_a_trusted_script_runs_as_the_bytes_judged_whatever_is_swapped_in_before
     finally:
         tools.close()
     assert not marker.exists()
+
+
+# --- batch: a line code appended to the batch file ----------------------------------------------------------------
+def test_a_batch_line_code_wrote_widens_nothing_without_the_user(cli, llm, isolated):
+    from .test_batch_replay import Scripted, results, write_batch
+
+    tasks = isolated.work / "tasks.jsonl"
+    wider = {"id": "zz", "objective": "Summarize", "sandbox": "none", "pass_env": ["OPENAI_API_KEY"]}
+    narrower = {"id": "nn", "objective": "Say hello", "no_network": True, "max_steps": 3}
+    plant = "; ".join(f"echo '{json.dumps(line)}' >> tasks.jsonl" for line in (wider, narrower))
+    llm.responder = Scripted({"Tidy the notes": [act("execute_shell", plant), act("done", "tidied")],
+                              "Summarize": [act("execute_shell", "echo KEY=$OPENAI_API_KEY"), act("done", "x")],
+                              "Say hello": [act("done", "hello")]})
+    write_batch(tasks, [{"id": "a", "objective": "Tidy the notes"}])
+    assert cli("batch", "tasks.jsonl", "--workdir", ".", "-y").returncode == 0  # the objectives share its folder
+    assert '"zz"' in tasks.read_text()
+    proc = cli("batch", "tasks.jsonl", "--workdir", ".", "-y")  # the documented rerun, with no terminal
+    assert proc.returncode == 3, proc.stderr
+    records = {r["id"]: r for r in results(isolated.work / "tasks-jsonl-results" / "results.jsonl")}
+    assert records["zz"]["status"] == "error" and "--sandbox none" in records["zz"]["message"]
+    assert "--pass-env OPENAI_API_KEY" in records["zz"]["message"] and "code can write" in records["zz"]["message"]
+    assert records["nn"]["status"] == "done"  # a line keeping its run narrower runs
+    assert "Summarize" not in llm.responder.seen
