@@ -18,6 +18,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -260,7 +261,8 @@ class Batch:
         """DIR/work/NAME: with a setup, and for every objective whose work directory nobody named (a .txt batch's
         objectives, say), so that what code writes stays beside, never inside, the batch's results and logs."""
         own = objective.fresh_workdir or (self.own_workdirs and "workdir" not in objective.overrides)
-        return (self.out / "work" / attempt_name(objective.id, repeat)).resolve() if own else None
+        # (only the results folder resolved: a link code put in place of DIR/work is refused, not followed)
+        return self.out.resolve() / "work" / attempt_name(objective.id, repeat) if own else None
 
     def _out_dir(self) -> int:
         with self.lock:
@@ -555,11 +557,11 @@ def prepare_workdir(attempt: Attempt, env: Mapping[str, str]) -> str:
     """A fresh work directory for one attempt — emptied, then the setup folder copied in or the setup command run
     there. '' when it is ready, else what went wrong."""
     workdir = Path(attempt.workdir)
-    shutil.rmtree(workdir, ignore_errors=True)  # a rerun starts clean
-    if workdir.exists() or workdir.is_symlink():
-        return f"{workdir} could not be emptied"
+    problem = _emptied(workdir)  # a rerun starts clean
+    if problem:
+        return problem
     if not attempt.setup_dir and not attempt.setup_command:  # a work directory of its own, empty
-        workdir.mkdir(parents=True)
+        workdir.mkdir()
         return ""
     if attempt.setup_dir:
         source = Path(attempt.setup_dir)
@@ -570,9 +572,35 @@ def prepare_workdir(attempt: Attempt, env: Mapping[str, str]) -> str:
         except (OSError, shutil.Error) as exc:
             return f"cannot copy {source}: {exc}"
         return ""
-    workdir.mkdir(parents=True)
+    workdir.mkdir()
     code, output = run_check(attempt.setup_command, env)
     return "" if code == 0 else f"the command {attempt.setup_command!r} failed: {preview(output, 400)}"
+
+
+def _emptied(workdir: Path) -> str:
+    """DIR/work/NAME removed, through folder descriptors opened without following a link on the way: DIR/work lies
+    where code may reach (beside the batch file), and a link there must not send the removal elsewhere. '' when
+    done, else why not."""
+    try:
+        results = safefs.open_dir(workdir.parent.parent)  # (made when missing; resolved when the batch began)
+        try:
+            work = safefs.sub_dir(results, workdir.parent.name)
+        finally:
+            os.close(results)
+    except OSError as exc:
+        return f"{workdir.parent} cannot be used: a link, or no folder ({exc.strerror})"
+    try:
+        if sys.version_info >= (3, 11):
+            shutil.rmtree(workdir.name, dir_fd=work, ignore_errors=True)
+        else:  # (no dir_fd before 3.11: the same folder, by its descriptor's name)
+            shutil.rmtree(f"/proc/self/fd/{work}/{workdir.name}", ignore_errors=True)
+        try:
+            os.lstat(workdir.name, dir_fd=work)
+            return f"{workdir} could not be emptied"
+        except FileNotFoundError:
+            return ""
+    finally:
+        os.close(work)
 
 
 def run_check(command: str, environ: Mapping[str, str]) -> tuple[int | None, str]:

@@ -407,7 +407,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
     preload()
     from .agent import Agent, recorded_settings
-    from .trust import narrowed, resume_flags
+    from .trust import narrowed, recorded_workdir, resume_flags
 
     flags = _flags(args)
     store = _store(args)
@@ -415,6 +415,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
     # the recorded settings, none wider than the user's current ones (code the run executed could have rewritten
     # the trace), with what was given now on top; runs stay where they were found
     recorded = recorded_settings(store, args.run_id)
+    if not overrides.get("workdir") and store.open(args.run_id).workdir():  # where it worked, unless told otherwise
+        recorded_workdir(recorded.workdir, store.open(args.run_id).workdir_identity(), "; give --workdir to choose one")
     settings, differences = narrowed(recorded, resolve_settings(flags))
     settings = settings.with_overrides({**overrides, "home": str(store.root.parent)})
     agent = Agent(settings, ui=_control_ui(args, settings), wait_for_memory=False)  # the process ends after it

@@ -259,6 +259,32 @@ def _save(path: Path, record: dict) -> None:
         os.close(folder)
 
 
+def recorded_workdir(path: str, identity, hint: str = "") -> None:
+    """The work directory a run recorded (resolved, at its start) is still that folder: no name on its path is now
+    a link, and it is the same folder (`identity`, [st_dev, st_ino], when recorded). Code of a run working above it
+    could have swapped a folder on the way for a link to anywhere; resume, replay and undo then refuse, in one
+    line, rather than write there."""
+    import stat
+
+    from .safefs import open_path_dir
+
+    try:
+        folder = open_path_dir(path)
+    except OSError as exc:
+        if not os.path.lexists(path):
+            raise ConfigError(f"the run's work directory {path} is gone") from None
+        raise ConfigError(f"the run's work directory {path} cannot be used as recorded: a folder on its path is now "
+                          f"a link (or no folder: {exc.strerror}){hint}") from None
+    try:
+        found = os.fstat(folder)
+    finally:
+        os.close(folder)
+    if isinstance(identity, list) and len(identity) == 2 and stat.S_ISDIR(found.st_mode) \
+            and [found.st_dev, found.st_ino] != identity:
+        raise ConfigError(f"the run's work directory {path} is no longer the folder the run worked in (it was "
+                          f"replaced since){hint}")
+
+
 def narrowed(recorded: Settings, current: Settings) -> tuple[Settings, dict[str, str]]:
     """A trace's settings made safe to run again: the widening ones are the current settings' (the trace may only
     keep code off the network or in a stronger sandbox), a limit is the trace's only where it is no looser than the

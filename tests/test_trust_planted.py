@@ -181,3 +181,53 @@ def test_a_batch_line_code_wrote_widens_nothing_without_the_user(cli, llm, isola
     assert "--pass-env OPENAI_API_KEY" in records["zz"]["message"] and "code can write" in records["zz"]["message"]
     assert records["nn"]["status"] == "done"  # a line keeping its run narrower runs
     assert "Summarize" not in llm.responder.seen
+
+
+# --- resume, replay, undo: the recorded work directory, reached by no link ----------------------------------------
+def test_resume_replay_and_undo_refuse_a_work_directory_a_link_on_its_path_now_leads_elsewhere(cli, llm, isolated,
+                                                                                             tmp_path):
+    app, victim = isolated.work / "a" / "app", tmp_path / "victim"
+    app.mkdir(parents=True)
+    (victim / "app").mkdir(parents=True)
+    llm.add(act("execute_shell", "echo built > job"))
+    assert cli("-y", "--sandbox", "none", "--max-steps", "1", "--workdir", str(app), "build").returncode == 3
+    assert (app / "job").is_file()
+    # code of a later run working in the folder above swaps a folder on the way for a link to elsewhere
+    (isolated.work / "a").rename(isolated.work / "a.old")
+    (isolated.work / "a").symlink_to(victim)
+    llm.add(act("execute_shell", "echo planted > job"), act("done", "x"))
+    for command in (("resume", "last", "-y"), ("undo", "last", "-y"), ("replay", "last", "-y")):
+        proc = cli(*command)
+        said = proc.stderr.strip().splitlines()[-1]  # (a replay says first what it does not take from the trace)
+        assert proc.returncode == 2 and "a folder on its path is now a link" in said, (command, proc.stderr)
+    assert list((victim / "app").iterdir()) == []
+    # the same path, another folder (made anew since): refused too
+    (isolated.work / "a").unlink()
+    app.mkdir(parents=True)
+    proc = cli("resume", "last", "-y")
+    assert proc.returncode == 2 and "no longer the folder the run worked in" in proc.stderr, proc.stderr
+    (isolated.work / "a").rename(isolated.work / "a.new")
+    (isolated.work / "a.old").rename(isolated.work / "a")
+    assert cli("resume", "last", "-y", "--max-steps", "3").returncode == 0  # the folder it worked in: it goes on
+    assert (app / "job").read_text() == "planted\n"
+
+
+def test_a_batch_never_empties_a_folder_a_link_in_its_results_leads_to(cli, llm, isolated, tmp_path):
+    from .test_batch_replay import Scripted, write_batch
+    from .test_batch_replay import results as results_of
+
+    victim = tmp_path / "victim"
+    (victim / "a@1").mkdir(parents=True)
+    (victim / "a@1" / "precious").write_text("keep me")
+    llm.responder = Scripted({"Say hello": [act("done", "hello")]})
+    write_batch(isolated.work / "jobs.jsonl", [{"id": "a", "objective": "Say hello"}])
+    results = isolated.work / "jobs-jsonl-results"
+    assert cli("batch", "jobs.jsonl").returncode == 0
+    assert (results / "work" / "a").is_dir()
+    # code that reaches the folder beside the batch file puts a link where the work directories are
+    (results / "work").rename(results / "work.old")
+    (results / "work").symlink_to(victim)
+    proc = cli("batch", "jobs.jsonl", "--repeat", "2")  # a second attempt: a fresh work/a@1
+    assert (victim / "a@1" / "precious").read_text() == "keep me"
+    (attempt,) = [r for r in results_of(results / "results.jsonl") if r["repeat"] == 1]
+    assert proc.returncode == 3 and "cannot be used: a link" in attempt["message"], attempt
