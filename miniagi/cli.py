@@ -532,6 +532,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
 
     settings = resolve_settings({"home": args.home, "embedding_model": args.embedding_model,
                                  "memory_url": args.memory_url})
+    checked_when_from_dotenv(settings, "home", "embedding_model", "memory_url")
     redact = Redactor(os.environ, read_settings_files())  # memories stored before the secret gate existed, too
     # (and the journals opening the store stores pass the gate again)
     vectors = open_vector_memory(settings.with_overrides({"memory_scope": "global"}), os.environ, None, redact)
@@ -701,7 +702,20 @@ def _store(args: argparse.Namespace, checked: bool = False):
     settings = resolve_settings({"home": args.home})
     if checked:
         check_dotenv(settings)
+    else:
+        checked_when_from_dotenv(settings, "home")
     return RunStore(settings.home_path)
+
+
+def checked_when_from_dotenv(settings, *names: str) -> None:
+    """The .env check a run makes, when one of these settings comes from ./.env: a home, a memory store or server
+    that code of a run could have named there is not opened (nor written) before the user's yes to that file."""
+    from .config import read_dotenv
+    from .trust import sensitive_values
+
+    used = sensitive_values(read_dotenv(), os.environ, settings)
+    if any(env in used for name in names for env in OPTIONS_BY_NAME[name].env_names):
+        check_dotenv(settings)
 
 
 # a home that cannot be used is a configuration problem; anything else that fails to write is the disk

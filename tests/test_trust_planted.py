@@ -231,3 +231,31 @@ def test_a_batch_never_empties_a_folder_a_link_in_its_results_leads_to(cli, llm,
     assert (victim / "a@1" / "precious").read_text() == "keep me"
     (attempt,) = [r for r in results_of(results / "results.jsonl") if r["repeat"] == 1]
     assert proc.returncode == 3 and "cannot be used: a link" in attempt["message"], attempt
+
+
+# --- a home a .env names: nothing written there, nothing opened, before that .env is checked ----------------------
+def test_a_home_a_code_written_dotenv_names_is_neither_written_nor_read_before_the_check(cli, llm, isolated, tmp_path):
+    target = tmp_path / "outside" / "nologin"
+    target.parent.mkdir()
+    planted_home = isolated.work / "h"
+    planted_home.mkdir()
+    (planted_home / "ignored-settings.json").symlink_to(target)
+    (planted_home / "runs").mkdir()
+    (isolated.work / ".env").write_text("MINIAGI_HOME=./h\nMEMORY_BACKEND=redis\n")
+    code_ran_in(isolated.work)  # (code ran here, so could have written both)
+    for command in (("runs",), ("show", "last"), ("diff", "last"), ("memory", "stats"), ("go on",)):
+        proc = cli(*command, env={"MINIAGI_HOME": None})
+        assert proc.returncode == 2 and "MINIAGI_HOME=./h" in proc.stderr.splitlines()[-1], (command, proc.stderr)
+    assert not target.exists()
+    assert not (planted_home / "memory").exists()
+
+
+def test_the_record_of_ignored_settings_is_never_written_through_a_link(cli, isolated, tmp_path):
+    target = tmp_path / "elsewhere.json"
+    isolated.home.mkdir(parents=True, exist_ok=True)
+    (isolated.home / "ignored-settings.json").symlink_to(target)
+    (isolated.work / ".env").write_text("MEMORY_BACKEND=redis\n")  # a harmless line: no check needed
+    proc = cli("runs", process=True)  # (a process of its own: each is told once)
+    assert proc.returncode == 0 and "MEMORY_BACKEND (a MiniAGI setting) is ignored" in proc.stderr, proc.stderr
+    assert not target.exists()
+    assert not (isolated.home / "ignored-settings.json").is_symlink()  # replaced by the record, not written through
