@@ -41,7 +41,8 @@ LIMITS = ("max_cost", "max_calls", "exec_timeout", "exec_memory", "exec_disk")  
 SANDBOX_STRENGTH = {"none": 0, "namespace": 1, "bwrap": 2, "auto": 2}  # auto: the strongest that works
 # what a .env may set without the user's yes: which model is asked, and how — all of it at the endpoint and within
 # the limits the user has (max_cost, max_calls, max_steps need a yes). Nothing here chooses where data or files go,
-# what code sees or may do, what is kept, or how long or how much a run may go on.
+# what code sees or may do, what is kept, or how long or how much a run may go on — but a model with no known price,
+# which --max-cost cannot count, so it is judged as the sensitive settings are (unpriced_models).
 HARMLESS = ("model", "summarizer_model", "critic_model", "protocol", "temperature", "critic", "critic_every")
 SENSITIVE = tuple(name for name in OPTIONS_BY_NAME if name not in HARMLESS)
 TRUST_FILE = "trusted-env.json"
@@ -76,7 +77,31 @@ def sensitive_values(dotenv: Mapping[str, str], environ: Mapping[str, str], sett
             taken = False
         if taken:  # (an option given on the command line would differ: then the .env's value is not used)
             used.update({env: dotenv[env] for env in present})
+    used.update(unpriced_models(dotenv, environ, settings))
     return used
+
+
+def unpriced_models(dotenv: Mapping[str, str], environ: Mapping[str, str], settings: Settings) -> dict[str, str]:
+    """The models this start takes from the .env that --max-cost cannot count (no known price: they cost 0 to it):
+    harmless otherwise, they would let a run go on past the user's spending limit, so they are judged as sensitive
+    settings are. None when there is no cost limit."""
+    if not settings.max_cost:
+        return {}
+    from .prices import PriceTable
+
+    try:
+        prices = PriceTable(settings.prices)
+    except ConfigError:
+        prices = PriceTable()
+    found = {}
+    for name in ("model", "summarizer_model", "critic_model"):
+        option = OPTIONS_BY_NAME[name]
+        present = [env for env in option.env_names if str(dotenv.get(env) or "").strip()]
+        value = getattr(settings, name)
+        if present and value and not any(env in environ for env in option.env_names) \
+                and _from_layer(option, dotenv) == value and not any(prices.price(value)):
+            found.update({env: dotenv[env] for env in present})
+    return found
 
 
 def own_path(path) -> Path:
@@ -162,8 +187,11 @@ class DotenvGuard:
         facts = {name: value if value == REMOVED else _digest(value) for name, value in used.items()}
         changed = record.judge(self.path, facts)
         if changed:
+            unpriced = unpriced_models(dotenv, self.environ, self.settings)
             shown = ", ".join(f"a link to {used[name]}" if name == TARGET else f"{name} removed"
-                              if used[name] == REMOVED else f"{name}={_shown(name, used[name])}" for name in changed)
+                              if used[name] == REMOVED else f"{name}={_shown(name, used[name])}"
+                              + (" (no known price: --max-cost cannot count its calls)" if name in unpriced else "")
+                              for name in changed)
             what = (f"{self.path}: {shown} — new or changed since miniagi last used this file, and code that a "
                     "run executes can write it")
             if not getattr(ui, "interactive", False):

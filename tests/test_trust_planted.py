@@ -286,7 +286,8 @@ def test_the_workbench_approval_says_when_the_secret_gate_hid_part_of_the_comman
     channel = Channel(tmp_path)
     person = ControlledTerminal(channel, redact=Redactor({}, {"BUILD_TOKEN": payload}))  # the question is a file
     answers = []
-    asking = threading.Thread(target=lambda: answers.append(person.approve("execute_shell", f"ls && {payload}")))
+    asking = threading.Thread(target=lambda: answers.append(person.approve("execute_shell", f"ls && {payload}")),
+                              daemon=True)
     asking.start()
     question = None
     while question is None and asking.is_alive():  # (waits for the run's question, as the page does)
@@ -296,3 +297,25 @@ def test_the_workbench_approval_says_when_the_secret_gate_hid_part_of_the_comman
     assert channel.answer(question["id"], {"run": False})
     asking.join()
     assert answers and not answers[0].run
+
+
+# --- a model --max-cost cannot count ---------------------------------------------------------------------------------
+def test_a_code_written_model_with_no_known_price_is_not_taken_while_a_cost_limit_counts(cli, llm, isolated):
+    from miniagi.config import Settings
+    from miniagi.trust import sensitive_values
+
+    llm.add(act("execute_shell", "printf 'MINIAGI_MODEL=gpt-4.5-preview\\n' > .env"), act("done", "planted"))
+    assert cli("-y", "--sandbox", "none", "tidy up").returncode == 0
+    proc = cli("next objective")  # the default --max-cost 2: it would count its calls as $0
+    assert proc.returncode == 2 and one_line(proc.stderr), proc.stderr
+    assert "MINIAGI_MODEL=gpt-4.5-preview (no known price: --max-cost cannot count its calls)" in proc.stderr
+    llm.add(act("done", "no limit to count against"))
+    assert cli("--max-cost", "0", "free run").returncode == 0  # no cost limit: the model is as harmless as ever
+    # with a limit, taken from the .env, unpriced — exactly then is it judged ("o1-pro" is not a snapshot of "o1",
+    # whose price is a tenth of its own: unknown, not mispriced)
+    for model, limit, judged in (("gpt-4.5-preview", 2.0, True), ("gpt-4o", 2.0, False), ("llama3", 0.0, False),
+                                 ("o1-pro", 2.0, True), ("gpt-4o-mini-2024-07-18", 2.0, False),
+                                 ("my-local-model", 5.0, True)):
+        settings = Settings(model=model, max_cost=limit)
+        assert ("MINIAGI_MODEL" in sensitive_values({"MINIAGI_MODEL": model}, {}, settings)) == judged, model
+        assert "MINIAGI_MODEL" not in sensitive_values({"MINIAGI_MODEL": model}, {"MINIAGI_MODEL": model}, settings)
