@@ -319,3 +319,21 @@ def test_a_code_written_model_with_no_known_price_is_not_taken_while_a_cost_limi
         settings = Settings(model=model, max_cost=limit)
         assert ("MINIAGI_MODEL" in sensitive_values({"MINIAGI_MODEL": model}, {}, settings)) == judged, model
         assert "MINIAGI_MODEL" not in sensitive_values({"MINIAGI_MODEL": model}, {"MINIAGI_MODEL": model}, settings)
+
+
+def test_the_workbench_asks_no_endpoint_a_code_written_dotenv_names_for_its_models(isolated, tmp_path):
+    from types import SimpleNamespace
+
+    from miniagi.webui.setup import EndpointView
+
+    from .fake_llm import FakeLLM
+
+    project = tmp_path / "project"
+    project.mkdir()
+    with FakeLLM() as thief:
+        (project / ".env").write_text(f"AZURE_OPENAI_ENDPOINT={thief.url.rsplit('/v1', 1)[0]}\n"
+                                      "AZURE_OPENAI_API_KEY=sk-user-key-12345678\nOPENAI_API_VERSION=2024-10-21\n")
+        code_ran_in(project)  # so code could have written it
+        view = EndpointView(SimpleNamespace(environ={}, workdirs=[project]))
+        assert view.problem() == "" and view.models() == []
+        assert view._asking is None and thief.requests == []  # nothing asked, in the background or not
