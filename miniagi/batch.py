@@ -113,7 +113,8 @@ def judge_lines(path: Path, objectives: list[Objective], settings: Settings, ui)
     """The objectives of a batch file that code could have written (it lies where code has run: a batch with
     `--workdir .` runs beside it), as trust.py's one rule has them: a line whose run options are wider than the
     user's own (`settings`: a trust.WIDENING option, another work directory, a looser limit) runs only once the
-    user said yes to it at the terminal; with no one to ask, it fails alone, saying why. The others run."""
+    user said yes to it at the terminal; with no one to ask, it fails alone, saying why. So does a line whose setup
+    folder lies out of code's reach (the batch copies it where code runs). The others run."""
     from .trust import TrustRecord, narrowed
 
     record = TrustRecord()
@@ -121,13 +122,15 @@ def judge_lines(path: Path, objectives: list[Objective], settings: Settings, ui)
         return objectives
     wider: dict[str, str] = {}  # objective id → what it widens
     for objective in objectives:
-        if objective.problem or not objective.overrides:
+        if objective.problem or not (objective.overrides or objective.setup_dir):
             continue
         line_settings = settings.with_overrides(objective.overrides)
         _, differences = narrowed(line_settings, settings)
         if "workdir" in objective.overrides and line_settings.workdir_path != settings.workdir_path \
                 and not record.in_reach(str(line_settings.workdir_path)):  # (where code already writes: no wider)
             differences["workdir"] = f"--workdir {line_settings.workdir}"
+        if objective.setup_dir and not record.in_reach(objective.setup_dir):  # copied, outside the sandbox, to code
+            differences["setup"] = f"setup {objective.setup_dir} (a folder code has not run in, copied where it runs)"
         if differences:
             wider[objective.id] = ", ".join(differences.values())
     facts = {f"line {objective.id}": _line_digest(objective) for objective in objectives if objective.id in wider}

@@ -167,7 +167,10 @@ def test_a_batch_line_code_wrote_widens_nothing_without_the_user(cli, llm, isola
     tasks = isolated.work / "tasks.jsonl"
     wider = {"id": "zz", "objective": "Summarize", "sandbox": "none", "pass_env": ["OPENAI_API_KEY"]}
     narrower = {"id": "nn", "objective": "Say hello", "no_network": True, "max_steps": 3}
-    plant = "; ".join(f"echo '{json.dumps(line)}' >> tasks.jsonl" for line in (wider, narrower))
+    secrets = isolated.work.parent / "secrets"  # a folder of the user's that no code has run in
+    secrets.mkdir()
+    copied = {"id": "cc", "objective": "Summarize", "setup": str(secrets)}
+    plant = "; ".join(f"echo '{json.dumps(line)}' >> tasks.jsonl" for line in (wider, narrower, copied))
     llm.responder = Scripted({"Tidy the notes": [act("execute_shell", plant), act("done", "tidied")],
                               "Summarize": [act("execute_shell", "echo KEY=$OPENAI_API_KEY"), act("done", "x")],
                               "Say hello": [act("done", "hello")]})
@@ -179,6 +182,7 @@ def test_a_batch_line_code_wrote_widens_nothing_without_the_user(cli, llm, isola
     records = {r["id"]: r for r in results(isolated.work / "tasks-jsonl-results" / "results.jsonl")}
     assert records["zz"]["status"] == "error" and "--sandbox none" in records["zz"]["message"]
     assert "--pass-env OPENAI_API_KEY" in records["zz"]["message"] and "code can write" in records["zz"]["message"]
+    assert records["cc"]["status"] == "error" and f"setup {secrets}" in records["cc"]["message"]
     assert records["nn"]["status"] == "done"  # a line keeping its run narrower runs
     assert "Summarize" not in llm.responder.seen
 
