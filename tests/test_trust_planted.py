@@ -4,9 +4,16 @@ code of a run could write, and shows the next start does not obey it without the
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from miniagi import trust
 from miniagi.config import Endpoint
@@ -341,3 +348,32 @@ def test_the_workbench_asks_no_endpoint_a_code_written_dotenv_names_for_its_mode
         view = EndpointView(SimpleNamespace(environ={}, workdirs=[project]))
         assert view.problem() == "" and view.models() == []
         assert view._asking is None and thief.requests == []  # nothing asked, in the background or not
+
+
+@hypothesis_settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(names=st.lists(st.text("abcxyz.-_", min_size=1, max_size=6).filter(lambda n: n not in (".", "..")),
+                      min_size=1, max_size=5, unique=True), linked=st.integers(0, 4), data=st.data())
+def test_a_recorded_work_directory_is_refused_whenever_any_name_on_its_path_became_a_link(tmp_path, names, linked,
+                                                                                           data):
+    from miniagi.config import ConfigError
+    from miniagi.safefs import identity
+    from miniagi.trust import recorded_workdir
+
+    base = tmp_path / f"t{len(list(tmp_path.iterdir()))}"
+    workdir = base.joinpath(*names)
+    workdir.mkdir(parents=True)
+    recorded = identity(workdir)
+    recorded_workdir(str(workdir), recorded)  # as it was: taken
+    at = base.joinpath(*names[:linked % len(names) + 1])  # any folder on the way, the work directory itself included
+    elsewhere = base / "elsewhere"
+    shutil.copytree(at, elsewhere / at.name, symlinks=True)  # a look-alike: every name below it is there too
+    moved = at.with_name(at.name + ".old")
+    os.rename(at, moved)
+    if data.draw(st.booleans()):
+        at.symlink_to(elsewhere / at.name)
+        with pytest.raises(ConfigError, match="is now a link"):
+            recorded_workdir(str(workdir), recorded)
+    else:  # the same names, other folders
+        os.rename(elsewhere / at.name, at)
+        with pytest.raises(ConfigError, match="no longer the folder"):
+            recorded_workdir(str(workdir), recorded)
