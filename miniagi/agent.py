@@ -29,6 +29,7 @@ from .protocols import formats
 from .redaction import Redactor
 from .run import Run, RunResult
 from .run_store import RunRecord, RunStore, now_iso
+from .safefs import identity
 from .services import Makings, Services
 from .state import RunState
 from .terminal import Terminal
@@ -138,7 +139,7 @@ class Agent:
         run.emit(ev.RunStart(time=now_iso(), run_id=record.run_id, objective=objective,
                              settings={**self.settings.to_dict(), "workdir": str(self.settings.workdir_path)},
                              follows=previous, background=background,
-                             extra={**(origin or {}),
+                             extra={**(origin or {}), "workdir_id": identity(self.settings.workdir_path),
                                     **({"mcp_tools": mcp.definitions} if mcp.definitions else {})}))
         return run
 

@@ -18,6 +18,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -107,6 +108,54 @@ def read_objectives(path: Path) -> list[Objective]:
     if not objectives:
         raise ConfigError(f"{path} holds no objectives")
     return objectives
+
+
+def judge_lines(path: Path, objectives: list[Objective], settings: Settings, ui) -> list[Objective]:
+    """The objectives of a batch file that code could have written (it lies where code has run: a batch with
+    `--workdir .` runs beside it), as trust.py's one rule has them: a line whose run options are wider than the
+    user's own (`settings`: a trust.WIDENING option, another work directory, a looser limit) runs only once the
+    user said yes to it at the terminal; with no one to ask, it fails alone, saying why. So does a line whose setup
+    folder lies out of code's reach (the batch copies it where code runs). The others run."""
+    from .trust import TrustRecord, narrowed
+
+    record = TrustRecord()
+    if not record.writable_by_code(path):
+        return objectives
+    wider: dict[str, str] = {}  # objective id → what it widens
+    for objective in objectives:
+        if objective.problem or not (objective.overrides or objective.setup_dir):
+            continue
+        line_settings = settings.with_overrides(objective.overrides)
+        _, differences = narrowed(line_settings, settings)
+        if "workdir" in objective.overrides and line_settings.workdir_path != settings.workdir_path \
+                and not record.in_reach(str(line_settings.workdir_path)):  # (where code already writes: no wider)
+            differences["workdir"] = f"--workdir {line_settings.workdir}"
+        if objective.setup_dir and not record.in_reach(objective.setup_dir):  # copied, outside the sandbox, to code
+            differences["setup"] = f"setup {objective.setup_dir} (a folder code has not run in, copied where it runs)"
+        if differences:
+            wider[objective.id] = ", ".join(differences.values())
+    facts = {f"line {objective.id}": _line_digest(objective) for objective in objectives if objective.id in wider}
+    unconfirmed = set(record.judge(path, facts, new_is_trusted=False))
+    if not unconfirmed:
+        return objectives
+    shown = [objective for objective in objectives if f"line {objective.id}" in unconfirmed]
+    what = (f"{path} can be written by code that runs where it lies, and these lines run with options wider than "
+            "yours:\n" + "\n".join(f"  line {o.line} ({o.id}): {wider[o.id]}" for o in shown))
+    if getattr(ui, "interactive", False) and ui.confirm(f"{what}\nRun them so?"):
+        record.remember(path, facts)
+        record.save()
+        return objectives
+    why = ("not confirmed" if getattr(ui, "interactive", False)
+           else "confirm it by running the batch in a terminal")
+    return [replace(objective, problem=f"{path}:{objective.line}: {wider[objective.id]}: wider than your options, "
+                                       f"in a file code can write ({why})") if objective in shown else objective
+            for objective in objectives]
+
+
+def _line_digest(objective: Objective) -> str:
+    line = {"objective": objective.objective, "check": objective.check, "expect": objective.expect,
+            "setup": objective.setup_dir or objective.setup_command, **objective.overrides}
+    return hashlib.sha256(json.dumps(line, sort_keys=True).encode()).hexdigest()
 
 
 def _objective_of_line(path: Path, number: int, text: str) -> Objective:
@@ -216,7 +265,8 @@ class Batch:
         """DIR/work/NAME: with a setup, and for every objective whose work directory nobody named (a .txt batch's
         objectives, say), so that what code writes stays beside, never inside, the batch's results and logs."""
         own = objective.fresh_workdir or (self.own_workdirs and "workdir" not in objective.overrides)
-        return (self.out / "work" / attempt_name(objective.id, repeat)).resolve() if own else None
+        # (only the results folder resolved: a link code put in place of DIR/work is refused, not followed)
+        return self.out.resolve() / "work" / attempt_name(objective.id, repeat) if own else None
 
     def _out_dir(self) -> int:
         with self.lock:
@@ -511,11 +561,11 @@ def prepare_workdir(attempt: Attempt, env: Mapping[str, str]) -> str:
     """A fresh work directory for one attempt — emptied, then the setup folder copied in or the setup command run
     there. '' when it is ready, else what went wrong."""
     workdir = Path(attempt.workdir)
-    shutil.rmtree(workdir, ignore_errors=True)  # a rerun starts clean
-    if workdir.exists() or workdir.is_symlink():
-        return f"{workdir} could not be emptied"
+    problem = _emptied(workdir)  # a rerun starts clean
+    if problem:
+        return problem
     if not attempt.setup_dir and not attempt.setup_command:  # a work directory of its own, empty
-        workdir.mkdir(parents=True)
+        workdir.mkdir()
         return ""
     if attempt.setup_dir:
         source = Path(attempt.setup_dir)
@@ -526,9 +576,35 @@ def prepare_workdir(attempt: Attempt, env: Mapping[str, str]) -> str:
         except (OSError, shutil.Error) as exc:
             return f"cannot copy {source}: {exc}"
         return ""
-    workdir.mkdir(parents=True)
+    workdir.mkdir()
     code, output = run_check(attempt.setup_command, env)
     return "" if code == 0 else f"the command {attempt.setup_command!r} failed: {preview(output, 400)}"
+
+
+def _emptied(workdir: Path) -> str:
+    """DIR/work/NAME removed, through folder descriptors opened without following a link on the way: DIR/work lies
+    where code may reach (beside the batch file), and a link there must not send the removal elsewhere. '' when
+    done, else why not."""
+    try:
+        results = safefs.open_dir(workdir.parent.parent)  # (made when missing; resolved when the batch began)
+        try:
+            work = safefs.sub_dir(results, workdir.parent.name)
+        finally:
+            os.close(results)
+    except OSError as exc:
+        return f"{workdir.parent} cannot be used: a link, or no folder ({exc.strerror})"
+    try:
+        if sys.version_info >= (3, 11):
+            shutil.rmtree(workdir.name, dir_fd=work, ignore_errors=True)
+        else:  # (no dir_fd before 3.11: the same folder, by its descriptor's name)
+            shutil.rmtree(f"/proc/self/fd/{work}/{workdir.name}", ignore_errors=True)
+        try:
+            os.lstat(workdir.name, dir_fd=work)
+            return f"{workdir} could not be emptied"
+        except FileNotFoundError:
+            return ""
+    finally:
+        os.close(work)
 
 
 def run_check(command: str, environ: Mapping[str, str]) -> tuple[int | None, str]:

@@ -407,7 +407,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
     preload()
     from .agent import Agent, recorded_settings
-    from .trust import narrowed, resume_flags
+    from .trust import narrowed, recorded_workdir, resume_flags
 
     flags = _flags(args)
     store = _store(args)
@@ -415,6 +415,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
     # the recorded settings, none wider than the user's current ones (code the run executed could have rewritten
     # the trace), with what was given now on top; runs stay where they were found
     recorded = recorded_settings(store, args.run_id)
+    if not overrides.get("workdir") and store.open(args.run_id).workdir():  # where it worked, unless told otherwise
+        recorded_workdir(recorded.workdir, store.open(args.run_id).workdir_identity(), "; give --workdir to choose one")
     settings, differences = narrowed(recorded, resolve_settings(flags))
     settings = settings.with_overrides({**overrides, "home": str(store.root.parent)})
     agent = Agent(settings, ui=_control_ui(args, settings), wait_for_memory=False)  # the process ends after it
@@ -450,7 +452,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_batch(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from .batch import Batch, read_objectives
+    from .batch import Batch, judge_lines, read_objectives
 
     path = Path(args.file)
     objectives = read_objectives(path)
@@ -459,6 +461,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
     options = {name: value for name, value in _flags(args).items() if value is not None}
     settings = resolve_settings(options)  # a bad option fails here, once, not in every worker
     check_dotenv(settings)  # its checks run with the sandbox and limits of ./.env, and its results go to its home
+    objectives = judge_lines(path, objectives, settings, _person())  # a line code wrote widens nothing unasked
     # from the whole file name: jobs.txt and jobs.jsonl beside each other keep their results apart
     out = Path(args.out) if args.out else path.with_name(path.name.replace(".", "-") + "-results")
     cluster = None
@@ -529,6 +532,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
 
     settings = resolve_settings({"home": args.home, "embedding_model": args.embedding_model,
                                  "memory_url": args.memory_url})
+    checked_when_from_dotenv(settings, "home", "embedding_model", "memory_url")
     redact = Redactor(os.environ, read_settings_files())  # memories stored before the secret gate existed, too
     # (and the journals opening the store stores pass the gate again)
     vectors = open_vector_memory(settings.with_overrides({"memory_scope": "global"}), os.environ, None, redact)
@@ -601,10 +605,16 @@ def check_dotenv(settings) -> None:
     """The .env check a run makes (trust.py's one rule), for a command that takes settings from ./.env without
     starting a run of its own first: `ui` (its home), `batch` (its home, and the sandbox its checks run in). A
     .env that code of a run could have written is asked about, or refused with no terminal."""
-    from .terminal import Terminal
     from .trust import DotenvGuard
 
-    DotenvGuard(settings, os.environ).check(Terminal(interactive=sys.stdin is not None and sys.stdin.isatty()))
+    DotenvGuard(settings, os.environ).check(_person())
+
+
+def _person():
+    """The terminal to ask the person at, when stdin is one."""
+    from .terminal import Terminal
+
+    return Terminal(interactive=sys.stdin is not None and sys.stdin.isatty())
 
 
 def cmd_setup(args: argparse.Namespace) -> int:
@@ -690,7 +700,20 @@ def _store(args: argparse.Namespace, checked: bool = False):
     settings = resolve_settings({"home": args.home})
     if checked:
         check_dotenv(settings)
+    else:
+        checked_when_from_dotenv(settings, "home")
     return RunStore(settings.home_path)
+
+
+def checked_when_from_dotenv(settings, *names: str) -> None:
+    """The .env check a run makes, when one of these settings comes from ./.env: a home, a memory store or server
+    that code of a run could have named there is not opened (nor written) before the user's yes to that file."""
+    from .config import read_dotenv
+    from .trust import sensitive_values
+
+    used = sensitive_values(read_dotenv(), os.environ, settings)
+    if any(env in used for name in names for env in OPTIONS_BY_NAME[name].env_names):
+        check_dotenv(settings)
 
 
 # a home that cannot be used is a configuration problem; anything else that fails to write is the disk

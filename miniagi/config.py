@@ -420,9 +420,14 @@ def tell_ignored(layers: Mapping[str, str], home: Path | None = None) -> None:
         told = json.loads(record.read_text(encoding="utf-8")) if record and record.is_file() else {}
         if told.get(key) == digest:
             return
-        if record:
-            record.parent.mkdir(parents=True, exist_ok=True)
-            record.write_text(json.dumps({**told, key: digest}), encoding="utf-8")
+        if record:  # never through a link put in the home (safefs: a new file renamed over the name)
+            from .safefs import open_dir, replace_file
+
+            folder = open_dir(record.parent)
+            try:
+                replace_file(folder, record.name, json.dumps({**told, key: digest}).encode(), 0o600)
+            finally:
+                os.close(folder)
     except (OSError, ValueError, AttributeError):  # no record kept: said every time, as before
         pass
     for name in found:
@@ -439,6 +444,7 @@ def resolve_settings(
     environ = os.environ if environ is None else environ
     dotenv = read_settings_files() if dotenv is None else dotenv
     values: dict[str, Any] = {}
+    from_files = set()
     for option in OPTIONS:
         flag_value = flags.get(option.name)
         if flag_value is not None:
@@ -448,9 +454,11 @@ def resolve_settings(
             found = _from_layer(option, layer)
             if found is not None:
                 values[option.name] = found
+                from_files.update({option.name} if layer is dotenv else ())
                 break
     settings = Settings(**values)
-    tell_ignored({**dotenv, **environ}, settings.home_path)
+    # a home a .env names is not written to before that file is checked (code may have written both): said, not kept
+    tell_ignored({**dotenv, **environ}, None if "home" in from_files else settings.home_path)
     return settings
 
 
@@ -463,6 +471,12 @@ def _from_layer(option: Option, layer: Mapping[str, str]) -> Any:
     if option.negated_alias and str(layer.get(option.negated_alias) or "").strip():
         return not _parse(option, layer[option.negated_alias], option.negated_alias)
     return None
+
+
+# every name Endpoint reads: where requests go and with which key. trust.ENDPOINT_NAMES is this list, so a .env
+# line naming any of them is judged like the other sensitive settings; `lookup` reads no other name.
+ENDPOINT_ENV = ("OPENAI_BASE_URL", "OPENAI_API_BASE", "OPENAI_API_KEY", "AZURE_OPENAI_ENDPOINT",
+                "AZURE_OPENAI_API_KEY", "OPENAI_API_VERSION")
 
 
 @dataclass(frozen=True)

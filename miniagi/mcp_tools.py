@@ -57,6 +57,7 @@ class ServerSpec:
     env: dict = field(default_factory=dict)
     url: str | None = None
     headers: dict = field(default_factory=dict)
+    copies: tuple[tuple[int, bytes], ...] = ()  # (index in args, the script's bytes judged): run from a copy of them
 
     @property
     def prefix(self) -> str:
@@ -79,10 +80,20 @@ def slug(name: str) -> str:
 
 def read_config(path: Path) -> list[ServerSpec]:
     """The servers a file configures; a ConfigError (one line) for a file that cannot be used."""
+    return parse_config(path, _read_bytes(path))
+
+
+def _read_bytes(path: Path) -> bytes:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        return path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"MCP configuration {path}: {exc.strerror or exc}") from None
+
+
+def parse_config(path: Path, raw: bytes) -> list[ServerSpec]:
+    """The servers these bytes of the file at `path` configure (the bytes judged are the bytes used)."""
+    try:
+        data = json.loads(raw.decode("utf-8"))
     except ValueError as exc:
         raise ConfigError(f"MCP configuration {path} is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
@@ -137,55 +148,128 @@ def _anchored(folder: Path, command: str, args: list[str]) -> tuple[str, list[st
 
 
 def configured_servers(settings, ui) -> list[ServerSpec]:
-    """The servers of the --mcp-config files, and of the work directory's .mcp.json once trusted."""
+    """The servers of the --mcp-config files, and of the work directory's .mcp.json once trusted: each file, and the
+    scripts it names, judged by trust.py's one rule wherever code could have written them."""
     from .trust import own_path
 
     given = [own_path(p) for p in settings.mcp_config]
-    specs = [spec for path in given for spec in read_config(path)]
+    named_now = set(given) - _from_environment()  # a path named now (an option, the API) is the user's yes
+    specs = [spec for path in given for spec in _judged(path, ui, local=False, named=path in named_now)]
     local = own_path(settings.workdir_path / WORKDIR_FILE)
-    if local.is_file() and local not in given and _trusted(local, ui):
-        specs += read_config(local)
+    if local.is_file() and local not in given:
+        specs += _judged(local, ui, local=True, named=False)
     seen: dict[str, ServerSpec] = {}
     for spec in specs:  # a name given twice: the later file wins, as in the ecosystem's merged configurations
         seen[spec.prefix] = spec
     return list(seen.values())
 
 
-def _trusted(path: Path, ui) -> bool:
-    """The work directory's .mcp.json is used once the person said yes to exactly these bytes at this path, and to
-    the files its servers name (a script beside it, which code could have written as well) and, for a link, to
-    where it leads; with no one to ask it is not used, said in one line."""
+def _from_environment() -> set[Path]:
+    """The configuration files MINIAGI_MCP_CONFIG names (the environment's, or a .env's): a value that outlives the
+    command, so no yes to what the files hold now."""
+    from .config import OPTIONS_BY_NAME, _from_layer, read_settings_files
+    from .trust import own_path
+
+    option = OPTIONS_BY_NAME["mcp_config"]
+    found = set()
+    for layer in (os.environ, read_settings_files()):
+        try:
+            found |= {own_path(p) for p in _from_layer(option, layer) or ()}
+        except ConfigError:
+            pass
+    return found
+
+
+def _judged(path: Path, ui, *, local: bool, named: bool) -> list[ServerSpec]:
+    """The servers of one configuration file, read once: the bytes judged are the bytes parsed, and a script in
+    code's reach that a Python server runs is run from a copy of the bytes judged (no swap between the two).
+
+    A file in code's reach (the work directory's .mcp.json always), or one naming a script there, is used only as
+    the user said yes to it: at the terminal, or by naming it on the command line now. A server whose program lies
+    where code has run, or that runs a script there with a program that may load what lies beside it (not
+    `python -I`), loads files no hash covers: it is asked about at every start, and not started with no terminal."""
     from .trust import TARGET, TrustRecord
 
     record = TrustRecord()
     try:
-        facts = {TRUST_KEY: hashlib.sha256(path.read_bytes()).hexdigest()}
-        for spec in read_config(path):  # the files it names beside it, or where code has run, are part of it
-            for part in (spec.command or "", *spec.args):
-                if os.path.isabs(part) and os.path.isfile(part) and (
-                        part.startswith(str(path.parent) + os.sep) or record.in_reach(os.path.realpath(part))):
-                    facts[f"file {part}"] = hashlib.sha256(Path(part).read_bytes()).hexdigest()
-    except (OSError, ConfigError):
-        facts = {TRUST_KEY: "(unreadable)"}
+        raw = _read_bytes(path)
+    except ConfigError as exc:
+        if not local:
+            raise
+        ui.warn(f"{path} was not used: {exc}")
+        return []
+    specs = parse_config(path, raw)
+    facts = {TRUST_KEY: hashlib.sha256(raw).hexdigest()}
+    pinned, unbounded = [], []
+    in_reach = local or record.writable_by_code(path)
+    for spec in specs:
+        pinned.append(_pinned(spec, path, in_reach, record, facts, unbounded) if spec.command else spec)
     if path.is_symlink():
         facts[TARGET] = os.path.realpath(path)
-    if not record.judge(path, facts, new_is_trusted=False):
-        return True
+    judged = in_reach or any(name != TRUST_KEY for name in facts)
+    changed = record.judge(path, facts, new_is_trusted=False) if judged else []
+    if named and changed and not unbounded:  # named on the command line now: a yes to these bytes
+        record.remember(path, facts)
+        _save(record, ui, path)
+        return pinned
+    if not changed and not unbounded:
+        return pinned
     what = (f"{path} asks to start MCP servers: programs that run outside the sandbox, and code that a run executes "
-            "can write this file" + (f" (a link to {facts[TARGET]})" if TARGET in facts else ""))
+            "can write " + ("this file" if in_reach else "what it runs")
+            + (f" (a link to {facts[TARGET]})" if TARGET in facts else ""))
+    loads = ("; ".join(unbounded) + ": a yes cannot cover what it loads from there, so it is asked at every start"
+             if unbounded else "")
     if not getattr(ui, "interactive", False):
+        hint = (f"; give it with --mcp-config {path} to use it" if not unbounded
+                else "; move the server out of the folders code has run in")
         ui.warn(f"{path} was not used: it starts programs outside the sandbox and there is no terminal to confirm "
-                f"it; give it with --mcp-config {path} to use it")
-        return False
-    if not ui.confirm(f"{what}:\n{_listed(read_config(path))}\nStart them?"):
+                f"it{' (' + loads + ')' if loads else ''}{hint}")
+        return []
+    if not ui.confirm(f"{what}:\n{_listed(specs)}\n" + (f"{loads}.\n" if loads else "") + "Start them?"):
         ui.warn(f"{path} was not used")
-        return False
+        return []
     record.remember(path, facts)
+    _save(record, ui, path)
+    return pinned
+
+
+def _pinned(spec: ServerSpec, config: Path, config_in_reach: bool, record, facts: dict, unbounded: list) -> ServerSpec:
+    """A stdio server as it will start: its program found once, the scripts in code's reach it runs hashed into
+    `facts` (a Python server's then run from a copy); what no hash covers is added to `unbounded`."""
+    program = _program(spec.command)
+    python = PYTHON.match(os.path.basename(spec.command)) is not None and spec.args[:1] == ("-I",)
+    if program and record.writable_by_code(program):  # (a venv's python is a link out: its own path counts)
+        unbounded.append(f"{spec.name} runs {program}, where code has run")
+    copies = []
+    for index, part in enumerate(spec.args):
+        if not (os.path.isabs(part) and os.path.isfile(part)) or part == program or not (
+                (config_in_reach and part.startswith(str(config.parent) + os.sep)) or record.writable_by_code(part)):
+            continue
+        try:
+            content = Path(part).read_bytes()
+        except OSError:
+            continue
+        facts[f"file {part}"] = hashlib.sha256(content).hexdigest()
+        if python:
+            copies.append((index, content))
+        else:
+            unbounded.append(f"{spec.name} runs {part} with {os.path.basename(spec.command)}, which may load the "
+                             "files beside it")
+    return ServerSpec(spec.name, spec.source, program or spec.command, spec.args, spec.env, copies=tuple(copies))
+
+
+def _program(command: str) -> str | None:
+    """The file a command names, found once: an absolute path, or the PATH's first match (the same one starts)."""
+    if os.path.isabs(command):
+        return command if os.path.isfile(command) else None
+    return shutil.which(command)
+
+
+def _save(record, ui, path: Path) -> None:
     try:
         record.save()
     except OSError:
         ui.warn(f"the yes to {path} could not be remembered: it will be asked about again")
-    return True
 
 
 def _listed(specs: list[ServerSpec]) -> str:
@@ -449,6 +533,18 @@ class McpTools:
             self.folder = tempfile.mkdtemp(prefix="miniagi-mcp-")
         return self.folder
 
+    def _args(self, spec: ServerSpec) -> list[str]:
+        """The server's arguments, each script judged replaced by a copy of the bytes judged, in a folder of its
+        own in the servers' private folder (the name kept: a script may say what it is by it)."""
+        args = list(spec.args)
+        for index, content in spec.copies:
+            folder = tempfile.mkdtemp(prefix=f"{spec.prefix}-", dir=self._folder())
+            copy = os.path.join(folder, os.path.basename(args[index]))
+            with open(copy, "xb") as handle:
+                handle.write(content)
+            args[index] = copy
+        return args
+
     @property
     def running(self) -> bool:
         return self.loop is not None
@@ -509,7 +605,7 @@ class McpTools:
                     from mcp import StdioServerParameters
                     from mcp.client.stdio import get_default_environment, stdio_client
 
-                    parameters = StdioServerParameters(command=spec.command, args=list(spec.args),
+                    parameters = StdioServerParameters(command=spec.command, args=self._args(spec),
                                                        env={**get_default_environment(), **spec.env},
                                                        cwd=self._folder())
                     streams = await stack.enter_async_context(stdio_client(parameters, errlog=server.log))

@@ -4,6 +4,7 @@ and the most a call can cost before it is made."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from .errors import ConfigError
@@ -33,6 +34,10 @@ PRICES: dict[str, tuple[float, float, float]] = {
 }
 
 
+# what follows a model's name in the name of one of its snapshots: a date or version number, "latest", "preview"
+SNAPSHOT = re.compile(r"(?:\d{4}(?:-\d{2}-\d{2})?|\d{8}|latest|preview)(?:-preview)?")
+
+
 class PriceTable:
     def __init__(self, overrides_file: str | None = None):
         self.prices = dict(PRICES)
@@ -40,11 +45,14 @@ class PriceTable:
             self.prices.update(load_prices(overrides_file))
 
     def price(self, model: str) -> tuple[float, float, float]:
-        """Exact name first, then the longest known prefix ("gpt-4o-mini-2024-07-18" → "gpt-4o-mini")."""
+        """Exact name first, then the longest known name of which this is a dated snapshot ("gpt-4o-mini-2024-07-18"
+        → "gpt-4o-mini", "claude-sonnet-4-20250514", "gpt-4-1106-preview", "-latest"); another model whose name
+        merely begins the same ("o1-pro" is not "o1": ten times its price) is unknown, not mispriced."""
         bare = model.rsplit("/", 1)[-1]
         if bare in self.prices:
             return self.prices[bare]
-        prefixes = [name for name in self.prices if bare.startswith(name + "-")]
+        prefixes = [name for name in self.prices
+                    if bare.startswith(name + "-") and SNAPSHOT.fullmatch(bare[len(name) + 1:])]
         return self.prices[max(prefixes, key=len)] if prefixes else (0.0, 0.0, 0.0)
 
     def cost(self, model: str, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> float:

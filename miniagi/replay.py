@@ -14,7 +14,7 @@ from .commands import COMMANDS
 from .config import ConfigError, Settings
 from .model import Completion, ScriptExhausted, ToolCall, local_completion
 from .run_store import RunRecord, RunStore
-from .trust import narrowed
+from .trust import narrowed, recorded_workdir
 
 
 class ReplayModel:
@@ -61,6 +61,7 @@ class Recording:
     status: str | None
     mcp_tools: list = field(default_factory=list)  # the MCP tools the run had, and their calls' results, in order
     mcp_calls: list = field(default_factory=list)
+    workdir_id: list | None = None  # what its work directory was at its start (trust.recorded_workdir)
 
     @classmethod
     def from_events(cls, events: list[dict], name: str) -> "Recording":
@@ -89,7 +90,8 @@ class Recording:
         return cls(run_id=start.run_id or name, objective=start.objective, settings=start.settings or {},
                    responses={"agent": [agent_calls[step] for step in sorted(agent_calls)], **others},
                    observations=observations, commands=commands, status=status,
-                   mcp_tools=list(start.extra.get("mcp_tools") or []), mcp_calls=mcp_calls)
+                   mcp_tools=list(start.extra.get("mcp_tools") or []), mcp_calls=mcp_calls,
+                   workdir_id=start.extra.get("workdir_id"))
 
 
 def load_recording(source: str, store: RunStore) -> Recording:
@@ -165,8 +167,11 @@ def replay(source: str, settings: Settings, overrides: dict, ui=None) -> ReplayR
         if ui is not None and runs_code:
             ui.warn(f"the recorded work directory {recording.settings.get('workdir')} is not here: commands run in "
                     f"{replay_settings.workdir_path} (use --workdir DIR to choose)")
-    elif ui is not None and runs_code:
-        ui.warn(f"commands run in {replay_settings.workdir_path}")
+    else:
+        if not overrides.get("workdir") and replay_settings.workdir.startswith("/"):  # the recorded folder: the one
+            recorded_workdir(str(replay_settings.workdir), recording.workdir_id, "; give --workdir to choose one")
+        if ui is not None and runs_code:
+            ui.warn(f"commands run in {replay_settings.workdir_path}")
     model = ReplayModel(recording.responses)
     # no MCP server is started: each tool call gets the result the recording holds for it
     from .mcp_tools import RecordedMcp

@@ -144,13 +144,22 @@ class RunRecord:
 
     def workdir(self) -> str | None:
         """The work directory the run was started in (from its run_start event), or None if not known."""
+        first = self._start()
+        workdir = (first.get("settings") or {}).get("workdir")
+        return workdir if isinstance(workdir, str) and Path(workdir).is_absolute() else None  # older runs: "."
+
+    def workdir_identity(self) -> list[int] | None:
+        """What the work directory was at the run's start, [st_dev, st_ino] (see trust.recorded_workdir)."""
+        found = self._start().get("workdir_id")
+        return found if isinstance(found, list) and len(found) == 2 and all(type(n) is int for n in found) else None
+
+    def _start(self) -> dict:
         try:
             with open_regular(self.trace_path) as trace:
                 first = json.loads(trace.readline(RESULT_MAX_BYTES) or b"{}")
         except (OSError, ValueError):
-            return None
-        workdir = (first.get("settings") or {}).get("workdir") if isinstance(first, dict) else None
-        return workdir if isinstance(workdir, str) and Path(workdir).is_absolute() else None  # older runs: "."
+            return {}
+        return first if isinstance(first, dict) else {}
 
     def events(self, max_bytes: int | None = None) -> Iterator[dict]:
         """The trace's events; a line torn by a crash mid-write is skipped. A trace that is no regular file (or is

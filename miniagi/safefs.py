@@ -28,6 +28,27 @@ def open_dir(path: Path) -> int:
     return os.open(path, DIR_FLAGS)
 
 
+def open_path_dir(path: str) -> int:
+    """A descriptor of the folder at this absolute path, opened one name at a time from / and never through a link
+    (O_NOFOLLOW on each): a folder on the way swapped for a link is refused (OSError), not followed."""
+    folder = os.open("/", DIR_FLAGS)
+    try:
+        for name in Path(os.path.abspath(path)).parts[1:]:
+            inner = os.open(name, DIR_FLAGS, dir_fd=folder)
+            os.close(folder)
+            folder = inner
+    except BaseException:
+        os.close(folder)
+        raise
+    return folder
+
+
+def identity(path) -> list[int]:
+    """What a folder is, whatever its name: [st_dev, st_ino] (its own, not a link's target)."""
+    found = os.lstat(path)
+    return [found.st_dev, found.st_ino]
+
+
 def sub_dir(parent: int, name: str) -> int:
     """A descriptor of the folder `name` in the folder `parent` (made when missing), never through a link."""
     try:

@@ -404,8 +404,10 @@ class Terminal:
         from rich.syntax import Syntax  # with pygments: ~2 MB and ~15 ms that a run never asking first goes without
 
         lexer = "python" if command == "execute_python" else "bash"
-        # every character of the code, long lines wrapped (never cropped), even when stderr is not a terminal
-        self.console.print(Panel(Syntax(self.shown(arg), lexer, word_wrap=True), title=command,
+        # every character of the code, long lines wrapped (never cropped), even when stderr is not a terminal, and
+        # not redacted: the panel is shown to the person whose secrets they are and kept nowhere, and a text the
+        # secret gate hid (a value of a .env code wrote can match any text) would run unseen
+        self.console.print(Panel(Syntax(visible(arg), lexer, word_wrap=True), title=command,
                                  border_style="yellow"), soft_wrap=False)
         answer = self._input("[bold]Run it?[/] \\[Y]es / \\[n]o / \\[a]ll (this and every later command of this "
                              "run) / or type feedback for the agent [dim](Enter, y, yes, ok, sure: run it)[/]: ")

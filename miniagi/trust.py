@@ -29,9 +29,9 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Mapping
 
-from .config import OPTIONS_BY_NAME, ConfigError, Settings, _from_layer, read_dotenv, user_home
+from .config import ENDPOINT_ENV, OPTIONS_BY_NAME, ConfigError, Settings, _from_layer, read_dotenv, user_home
 
-ENDPOINT_NAMES = ("OPENAI_BASE_URL", "OPENAI_API_BASE", "OPENAI_API_KEY")  # where requests go, with which key
+ENDPOINT_NAMES = ENDPOINT_ENV  # where requests go, with which key: every name config.Endpoint reads
 # where data goes, what executed code sees or may reach, whether a person approves, where runs are kept
 # (mcp_config: the servers it names are programs run outside the sandbox)
 WIDENING = tuple(name for name in ("pass_env", "memory_url", "embedding_model", "prices", "yes", "home", "sandbox",
@@ -41,7 +41,8 @@ LIMITS = ("max_cost", "max_calls", "exec_timeout", "exec_memory", "exec_disk")  
 SANDBOX_STRENGTH = {"none": 0, "namespace": 1, "bwrap": 2, "auto": 2}  # auto: the strongest that works
 # what a .env may set without the user's yes: which model is asked, and how — all of it at the endpoint and within
 # the limits the user has (max_cost, max_calls, max_steps need a yes). Nothing here chooses where data or files go,
-# what code sees or may do, what is kept, or how long or how much a run may go on.
+# what code sees or may do, what is kept, or how long or how much a run may go on — but a model with no known price,
+# which --max-cost cannot count, so it is judged as the sensitive settings are (unpriced_models).
 HARMLESS = ("model", "summarizer_model", "critic_model", "protocol", "temperature", "critic", "critic_every")
 SENSITIVE = tuple(name for name in OPTIONS_BY_NAME if name not in HARMLESS)
 TRUST_FILE = "trusted-env.json"
@@ -76,7 +77,31 @@ def sensitive_values(dotenv: Mapping[str, str], environ: Mapping[str, str], sett
             taken = False
         if taken:  # (an option given on the command line would differ: then the .env's value is not used)
             used.update({env: dotenv[env] for env in present})
+    used.update(unpriced_models(dotenv, environ, settings))
     return used
+
+
+def unpriced_models(dotenv: Mapping[str, str], environ: Mapping[str, str], settings: Settings) -> dict[str, str]:
+    """The models this start takes from the .env that --max-cost cannot count (no known price: they cost 0 to it):
+    harmless otherwise, they would let a run go on past the user's spending limit, so they are judged as sensitive
+    settings are. None when there is no cost limit."""
+    if not settings.max_cost:
+        return {}
+    from .prices import PriceTable
+
+    try:
+        prices = PriceTable(settings.prices)
+    except ConfigError:
+        prices = PriceTable()
+    found = {}
+    for name in ("model", "summarizer_model", "critic_model"):
+        option = OPTIONS_BY_NAME[name]
+        present = [env for env in option.env_names if str(dotenv.get(env) or "").strip()]
+        value = getattr(settings, name)
+        if present and value and not any(env in environ for env in option.env_names) \
+                and _from_layer(option, dotenv) == value and not any(prices.price(value)):
+            found.update({env: dotenv[env] for env in present})
+    return found
 
 
 def own_path(path) -> Path:
@@ -162,8 +187,11 @@ class DotenvGuard:
         facts = {name: value if value == REMOVED else _digest(value) for name, value in used.items()}
         changed = record.judge(self.path, facts)
         if changed:
+            unpriced = unpriced_models(dotenv, self.environ, self.settings)
             shown = ", ".join(f"a link to {used[name]}" if name == TARGET else f"{name} removed"
-                              if used[name] == REMOVED else f"{name}={_shown(name, used[name])}" for name in changed)
+                              if used[name] == REMOVED else f"{name}={_shown(name, used[name])}"
+                              + (" (no known price: --max-cost cannot count its calls)" if name in unpriced else "")
+                              for name in changed)
             what = (f"{self.path}: {shown} — new or changed since miniagi last used this file, and code that a "
                     "run executes can write it")
             if not getattr(ui, "interactive", False):
@@ -233,7 +261,7 @@ def _sensitive_name(name: str) -> bool:
 
 
 def _shown(name: str, value: str) -> str:
-    if name == "OPENAI_API_KEY":
+    if name.endswith("API_KEY"):
         return "(a different key)"
     from .redaction import REDACTED, URL_PASSWORD
 
@@ -257,6 +285,32 @@ def _save(path: Path, record: dict) -> None:
         replace_file(folder, path.name, (json.dumps(record, indent=1, sort_keys=True) + "\n").encode(), 0o600)
     finally:
         os.close(folder)
+
+
+def recorded_workdir(path: str, identity, hint: str = "") -> None:
+    """The work directory a run recorded (resolved, at its start) is still that folder: no name on its path is now
+    a link, and it is the same folder (`identity`, [st_dev, st_ino], when recorded). Code of a run working above it
+    could have swapped a folder on the way for a link to anywhere; resume, replay and undo then refuse, in one
+    line, rather than write there."""
+    import stat
+
+    from .safefs import open_path_dir
+
+    try:
+        folder = open_path_dir(path)
+    except OSError as exc:
+        if not os.path.lexists(path):
+            raise ConfigError(f"the run's work directory {path} is gone") from None
+        raise ConfigError(f"the run's work directory {path} cannot be used as recorded: a folder on its path is now "
+                          f"a link (or no folder: {exc.strerror}){hint}") from None
+    try:
+        found = os.fstat(folder)
+    finally:
+        os.close(folder)
+    if isinstance(identity, list) and len(identity) == 2 and stat.S_ISDIR(found.st_mode) \
+            and [found.st_dev, found.st_ino] != identity:
+        raise ConfigError(f"the run's work directory {path} is no longer the folder the run worked in (it was "
+                          f"replaced since){hint}")
 
 
 def narrowed(recorded: Settings, current: Settings) -> tuple[Settings, dict[str, str]]:

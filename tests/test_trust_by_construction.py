@@ -249,7 +249,7 @@ def test_deleting_a_restricting_dotenv_line_is_asked_about(cli, llm, isolated):
 SENSITIVE_LINES = {"MINIAGI_NO_NETWORK": ["true", "1", "on"], "MINIAGI_SANDBOX": ["bwrap", "namespace"],
                    "MINIAGI_MAX_COST": ["1", "0.5"], "MINIAGI_PASS_ENV": ["HF_TOKEN", "A,B"],
                    "MINIAGI_EXEC_DISK": ["100"], "OPENAI_BASE_URL": ["http://127.0.0.1:9/v1"],
-                   "MINIAGI_MODEL": ["m1"]}
+                   "MINIAGI_MODEL": ["gpt-4o", "gpt-4.1"]}  # (priced: a model --max-cost cannot count is judged)
 
 
 @hypothesis_settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

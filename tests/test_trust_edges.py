@@ -73,12 +73,12 @@ def test_a_dotenv_that_code_created_is_not_used_for_any_setting_that_matters(cli
                  "MINIAGI_REQUEST_DEADLINE", "MINIAGI_READ_TIMEOUT"):
         assert name in second.stderr
     assert len(llm.requests) == 2 and bashrc.read_text() == "# the user's own\n"
-    # the harmless few are taken as they come (which model is asked, and how)
-    (isolated.work / ".env").write_text("MINIAGI_MODEL=other-model\nMINIAGI_TEMPERATURE=0.5\n")
+    # the harmless few are taken as they come (which model is asked, and how; a model --max-cost can count)
+    (isolated.work / ".env").write_text("MINIAGI_MODEL=gpt-4.1-mini\nMINIAGI_TEMPERATURE=0.5\n")
     llm.add(act("done", "fine"))
     third = cli("-y", "harmless", process=True)
     assert third.returncode == 0, third.stderr
-    assert llm.requests[-1]["model"] == "other-model"
+    assert llm.requests[-1]["model"] == "gpt-4.1-mini"
 
 
 def test_a_dotenv_expands_nothing_from_the_environment(cli, llm, isolated):

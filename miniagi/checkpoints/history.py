@@ -4,7 +4,9 @@ puts the work directory back as it was before the run or after a step (`miniagi 
 Undo changes only paths the run changed after that step, and only where they still are as the run left them: a
 path changed since by anyone else (the person, another run) is left alone and named. Everything it writes goes
 through folder descriptors opened without following links, so a link planted in the work directory cannot send a
-restored file elsewhere."""
+restored file elsewhere, and the work directory itself is opened one name at a time from /, so a link put on its
+path (by code of a run working above it) cannot either: undo refuses, as resume and replay do
+(trust.recorded_workdir)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..run_store import now_iso
+from ..safefs import open_path_dir
 from . import FOLDER, describe, home_of
 from .store import Record, Store, StoreError
 from .tree import DIR_FLAGS, FILE_FLAGS, Entry, TooLarge, inside, walk
@@ -105,7 +108,7 @@ def apply_undo(store: Store, workdir: str, plan: Plan, run_steps: int) -> list[t
     (an `undo` record, after the run's `run_steps` steps): the run's checkpoints know the tree as undo left it."""
     done: dict[str, Entry | None] = {}
     failed: list[tuple[str, str]] = []
-    root = os.open(workdir, DIR_FLAGS)
+    root = open_path_dir(workdir)  # (no link on its path either: undo checked it)
     try:
         # away first, deepest first: what the target does not have, and what changes kind
         for change in sorted(plan.changes, key=lambda c: c.path.count("/"), reverse=True):
@@ -282,7 +285,7 @@ def on_disk(workdir: str):
     """Reads a change's old side from the work directory (never through a link)."""
 
     def read(change: Change) -> bytes:
-        root = os.open(workdir, DIR_FLAGS)
+        root = open_path_dir(workdir)  # (no link on its path either: undo checked it)
         try:
             with _parent(root, change.path) as (folder, name):
                 descriptor = os.open(name, FILE_FLAGS, dir_fd=folder)
@@ -334,6 +337,7 @@ def undo(record, to_step: int | None, yes: bool) -> int:
     from ..config import ConfigError
     from ..terminal import visible
     from ..text import plural
+    from ..trust import recorded_workdir
 
     result = record.read_result()
     if result.get("status") == "running":
@@ -345,6 +349,7 @@ def undo(record, to_step: int | None, yes: bool) -> int:
         workdir, when = store.workdir, "before the run" if to_step == 0 else f"after step {to_step}"
         if not os.path.isdir(workdir):
             raise ConfigError(f"the run's work directory {workdir} is gone: nothing to put back into")
+        recorded_workdir(workdir, record.workdir_identity())  # not a folder a link on its path now leads to
         try:
             plan = plan_undo(store, workdir, to_step)
         except TooLarge as exc:

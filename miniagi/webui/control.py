@@ -216,8 +216,11 @@ class ControlledTerminal(Terminal):
         self.channel.started(run_id)
 
     def approve(self, command: str, arg: str) -> Approval:
-        answer = self.channel.ask({"kind": "approve", "run_id": self.run_id, "command": command,
-                                   "arg": self.redact(arg)})
+        shown = self.redact(arg)  # (the question is a file, and a page: the secret gate stands)
+        if shown != arg:  # what it hid runs too: said where the person reads it, before they approve
+            shown = ("# miniagi: parts of this command match a secret value and are shown as [REDACTED]; they run as "
+                     f"written (approve in a terminal to see them)\n{shown}")
+        answer = self.channel.ask({"kind": "approve", "run_id": self.run_id, "command": command, "arg": shown})
         feedback = str(answer.get("feedback") or "").strip()
         if answer.get("run"):
             return Approval(True)

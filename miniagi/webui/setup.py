@@ -52,10 +52,22 @@ class EndpointView:
         """The models the endpoint lists; [] until it has answered (asked once, in the background), or when it does
         not list them."""
         with self._lock:
-            if self._models is None and self._asking is None and not self.problem():
+            if self._models is None and self._asking is None and not self.problem() and self._endpoint_trusted():
                 self._asking = threading.Thread(target=self._ask, name="list-models", daemon=True)
                 self._asking.start()
             return list(self._models or [])
+
+    def _endpoint_trusted(self) -> bool:
+        """Whether the endpoint the work directory's .env names (and its key) is one the user said yes to: that .env
+        lies where code runs, and the key goes with the question. Else nothing is asked: the run started there asks
+        the user first (trust.py)."""
+        from ..trust import ENDPOINT_NAMES, TrustRecord, _digest
+
+        path = self.bench.workdirs[0] / ".env"
+        dotenv = read_dotenv(self.bench.workdirs[0])
+        facts = {name: _digest(dotenv[name]) for name in ENDPOINT_NAMES
+                 if str(dotenv.get(name) or "").strip() and not self.bench.environ.get(name)}
+        return not facts or not TrustRecord().judge(path, facts)
 
     def _ask(self) -> None:
         from ..endpoint import OpenAIModel
