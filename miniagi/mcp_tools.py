@@ -259,10 +259,18 @@ def _pinned(spec: ServerSpec, config: Path, config_in_reach: bool, record, facts
 
 
 def _program(command: str) -> str | None:
-    """The file a command names, found once: an absolute path, or the PATH's first match (the same one starts)."""
+    """The file a command names, found once (the same one starts): an absolute path, or the first match in the PATH's
+    folders code cannot have planted it in (as the sandbox finds bwrap); else the PATH's first match, which lies
+    where code has run (a relative folder, one in the work directory) and so is judged as such."""
     if os.path.isabs(command):
         return command if os.path.isfile(command) else None
-    return shutil.which(command)
+    from .execution.sandbox import find_program
+
+    safe = find_program(command, os.environ.get("PATH"))
+    if safe:
+        return safe
+    anywhere = shutil.which(command)
+    return os.path.abspath(anywhere) if anywhere else None
 
 
 def _save(record, ui, path: Path) -> None:

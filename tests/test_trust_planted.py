@@ -377,3 +377,35 @@ def test_a_recorded_work_directory_is_refused_whenever_any_name_on_its_path_beca
         os.rename(elsewhere / at.name, at)
         with pytest.raises(ConfigError, match="no longer the folder"):
             recorded_workdir(str(workdir), recorded)
+
+
+def test_a_bare_server_command_is_never_taken_from_a_path_folder_code_could_write(isolated, tmp_path, monkeypatch):
+    """`"command": "python3"` is looked for as the sandbox looks for bwrap: a python3 that run 1's code put in a PATH
+    folder of the work directory (or a relative one) is not the one started."""
+    from miniagi.config import Settings
+    from miniagi.mcp_tools import configured_servers
+
+    from .test_mcp import PROBE, write_config
+    from .test_trust_by_construction import Person
+
+    name, marker = os.path.basename(sys.executable), tmp_path / "PLANTED-RAN"
+    for folder in (isolated.work / "bin", isolated.work / "node_modules" / ".bin"):
+        folder.mkdir(parents=True)
+        (folder / name).write_text(f"#!/bin/sh\ntouch {marker}\n")
+        (folder / name).chmod(0o755)
+    monkeypatch.setenv("PATH", os.pathsep.join([str(isolated.work / "bin"), "node_modules/.bin",
+                                                os.path.dirname(sys.executable), "/usr/bin", "/bin"]))
+    monkeypatch.chdir(isolated.work)
+    code_ran_in(isolated.work)
+    config = tmp_path / "servers.json"  # the user's own file, out of code's reach
+    write_config(config, {"probe": {"command": name, "args": [PROBE]}})
+    settings = Settings(workdir=str(isolated.work), home=str(isolated.home), mcp_config=(str(config),))
+    (spec,) = configured_servers(settings, Person(interactive=False))
+    assert spec.command == shutil.which(name, path=os.path.dirname(sys.executable))
+    # only in a folder code could write: judged as a program where code has run (asked, never started unattended)
+    write_config(config, {"probe": {"command": "only-planted", "args": [PROBE]}})
+    (isolated.work / "bin" / "only-planted").write_text(f"#!/bin/sh\ntouch {marker}\n")
+    (isolated.work / "bin" / "only-planted").chmod(0o755)
+    unattended = Person(interactive=False)
+    assert configured_servers(settings, unattended) == [] and "where code has run" in unattended.said[0]
+    assert not marker.exists()
