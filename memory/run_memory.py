@@ -17,7 +17,9 @@
 
 from __future__ import annotations
 
+import math
 import threading
+import time
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Callable
@@ -32,7 +34,7 @@ from .tokens import TokenCounter
 RECALL_COMMAND = "recall"
 FOLD_KEEP = 0.3  # of the room for steps: the newest steps that stay in view, verbatim, when older ones leave
 RECALL_RESERVE = 0.5  # of the recall share: kept free for recall when deciding whether steps must leave
-FILL = 0.8  # of what one summarizer call reads: steps pending that start a summary in the background
+AHEAD_MARGIN = 1.25  # a summary is started this much earlier than the time it last took, in steps
 
 
 @dataclass
@@ -77,14 +79,17 @@ class Preparation:
         self.summary: Summary | None = None
         self.error: BaseException | None = None
         self.cancelled = threading.Event()
+        self.took = 0.0  # seconds, once made
         self.thread = threading.Thread(target=self._make, args=(make,), name="summary", daemon=True)
         self.thread.start()
 
     def _make(self, make: Callable[[threading.Event], Summary]) -> None:
+        started = time.monotonic()
         try:
             self.summary = make(self.cancelled)
         except BaseException as exc:  # raised in the run's thread, by wait()
             self.error = exc
+        self.took = time.monotonic() - started
 
     def wait(self) -> Summary | None:
         self.thread.join()
@@ -97,14 +102,16 @@ class RunMemory:
     def __init__(self, *, builder: ContextBuilder, summarizer_counter: TokenCounter, ask_summarizer: Ask,
                  store: VectorMemory | None, scope: str, run_id: str, objective: str = "", workdir: str = "",
                  code_commands: frozenset[str] = frozenset(), background: str = "", state=None,
-                 archive: Archive | None = None, runs_root=None, notify: Callable[[str], None] = lambda text: None):
+                 archive: Archive | None = None, runs_root=None, notify: Callable[[str], None] = lambda text: None,
+                 summarizer_shares_prefix: bool = False):
         """`state`: the run's state, which owns the objective, the background and the summary (the memory reads
         them there, and the run records a new summary, which `context` returns, as an event). Without it the memory
         holds them itself (`objective`, `background`). `archive`: where everything the run sees is kept whole, for
         the recall command (`runs_root`: the folder of every run's folder, for earlier runs' archives). `notify`: a
         line on the terminal (the loop waits for a summary before steps leave the view). `code_commands`: commands
         whose argument is code: it says little about intent and costs much to embed, so recall's queries leave it
-        out."""
+        out. `summarizer_shares_prefix`: the summarizer is the agent's model, so a fold can be the agent's prompt
+        and an instruction (its cache serves the prompt; see Summarizer.make_summary)."""
         self.builder = builder
         self.counter = builder.counter
         self.summarizer_counter = summarizer_counter
@@ -125,10 +132,14 @@ class RunMemory:
                                    archive=lambda: self.archive, runs_root=runs_root)
         self.last_recalled: list[Recalled] = []
         self.preparing: Preparation | None = None
-        self._read: dict[int, int] = {}  # step in view → what it takes of a summarizer call
         self.prepared: Summary | None = None  # made from the one in the prompt (or the one before it prepared)
         self.rendered: dict[int, tuple[list[dict], int]] = {}  # step in view → its messages and their tokens
         self._squeezed: StepRecord | None = None  # the newest step, shown cut in the last prompt
+        # a fold begins with the agent's prompt when the summarizer is its model and no tool schemas precede it
+        self.shares_prefix = summarizer_shares_prefix and not builder.reserved
+        self._built_at: float | None = None  # when the last prompt was built
+        self._step_s = 0.0  # the time from one prompt to the next, lately
+        self._summary_s = 0.0  # the time the last summary made in the background took
         self.notify = notify
         self._failure = ""  # why the archive was turned off mid-run
         self._deferred: list[MemoryItem] | None = None  # items kept back from the store (see defer_vectors)
@@ -206,11 +217,17 @@ class RunMemory:
         and `advice` (the critic's labelled block) are for this prompt's tail only.
 
         The rule, by construction: the view is every step after the summary's `through_step`, and that only moves
-        when a summary made from those very steps is adopted. If room runs out before the summary prepared in the
-        background is ready, the loop waits for it (saying so); with none prepared it makes one there and then."""
+        when a summary made from those very steps is adopted. A summary made in the background is adopted in the
+        first prompt built once it is ready; if room runs out before it is, the loop waits for it (saying so); with
+        none prepared it makes one there and then."""
         limit, self._folding = self.builder.max_tokens, None
+        self._pace()
         try:
             layout = self._layout(system, steps, next_step, alerts, advice)
+            self._collect(wait=False)
+            if self.prepared is not None and layout.view and self.prepared.through_step < layout.view[-1].step:
+                self._adopt(self.prepared)  # made in the background and ready: in this very prompt
+                layout = self._layout(system, steps, next_step, alerts, advice)
             while len(layout.view) > 1 and self._needed(layout) > limit:
                 if self.prepared is None and self.preparing is not None:
                     self._collect(wait=True)
@@ -232,7 +249,7 @@ class RunMemory:
                             "model cut")
                 layout = self._layout(system, steps, next_step, alerts, advice)
             else:
-                self._prepare(layout, steps)
+                self._prepare(system, layout, steps)
             context = self._finish(system, steps, layout, next_step, alerts, advice, squeezed, recall)
         finally:
             folded, self._folding = self._folding, None
@@ -309,47 +326,51 @@ class RunMemory:
                         "summary)")
         self.preparing = None
         summary = preparing.wait()
+        if summary is not None:
+            self._summary_s = preparing.took
         if summary is not None and preparing.base == self._base():
             self.prepared = summary
 
-    def _prepare(self, layout: Layout, steps: list[StepRecord]) -> None:
-        """Summarize in the background, while they are still in view, the steps after the latest summary: as soon
-        as they fill one summarizer call (calls read as much as they can), or sooner when some are likely to leave
-        for the next step. The summary is then ready, most often, when room runs out; until then the prompt does
-        not change (and the newest step of that time stays in view when it is adopted)."""
-        self._collect(wait=False)
-        if self.preparing is not None or not layout.view:
-            return
-        base = self._base()
-        pending = [(r, self._read_tokens(r), c) for r, c in zip(layout.view, layout.counts)
-                   if r.step > base.through_step]
-        if not pending:
-            return
-        notes = self.builder.notes_tokens(self.head_notes(steps)) + self.counter.count(base.notes_digest)
-        room = max(300, self.summarizer.call_room(base.text, self.summary_cap + max(0, self.builder.notes_cap - notes)))
-        likely = max(layout.counts[-3:])  # the next step, judged by the last ones
-        # what must leave for the next step to fit, once the summary prepared already is in (it frees its steps,
-        # and grows)
-        freed = sum(c for r, c in zip(layout.view, layout.counts) if r.step <= base.through_step)
-        grows = self.counter.count(base.text) - self.counter.count(self.summary.text) if freed else 0
-        must = self._needed(layout) - freed + grows + likely - self.builder.max_tokens
-        if must <= 0 and sum(tokens for _, tokens, _ in pending) < room * FILL:
-            return
-        leaving, used = [], 0
-        for record, tokens, shown in pending:  # whole steps, as many as one call reads, and those that must leave
-            if leaving and used + tokens > room and must <= 0:
-                break
-            leaving.append(record)
-            used, must = used + tokens, must - shown
-        snapshot = list(steps)
-        self.preparing = Preparation(base, lambda cancelled: self.make_summary(base, leaving, snapshot, cancelled),
-                                     _span(leaving), leaving[-1].step)
+    def _pace(self) -> None:
+        """The time from one prompt to the next, lately (what a summary made in the background has to be ready)."""
+        now = time.monotonic()
+        if self._built_at is not None:
+            took = now - self._built_at
+            self._step_s = took if not self._step_s else (self._step_s + took) / 2
+        self._built_at = now
 
-    def _read_tokens(self, record: StepRecord) -> int:
-        """What a step takes of a summarizer call (known once counted)."""
-        if record.step not in self._read:
-            self._read[record.step] = self.summarizer_counter.count(Summarizer.step_text(record)) + 2
-        return self._read[record.step]
+    def _ahead(self, in_view: int) -> int:
+        """How many steps before room runs out a summary starts being made in the background: enough for it to be
+        ready by then, judged by the time the last one took against the time a step takes (one step at least, at
+        most half the steps in view: each step sooner is a fold sooner)."""
+        if not self._summary_s or not self._step_s:
+            return 1
+        return max(1, min(math.ceil(AHEAD_MARGIN * self._summary_s / self._step_s), in_view // 2))
+
+    def _prepare(self, system: str, layout: Layout, steps: list[StepRecord]) -> None:
+        """Summarize in the background every step in view, once room for the next steps is running out: a summary
+        takes as long to make as the steps `_ahead` says, and is adopted as soon as it is ready, so the view keeps
+        only the steps that came meanwhile (the fewer steps re-read after a fold, and the fewer folds, the closer
+        to what a prompt cache serves an agent that never folds). When the summarizer is the agent's model, the
+        fold is this very prompt, up to the steps it folds, and an instruction (see Summarizer.make_summary)."""
+        if self.preparing is not None or self.prepared is not None or not layout.view:
+            return
+        likely = max(layout.counts[-3:])  # the next step, judged by the last ones
+        if self._needed(layout) + likely * self._ahead(len(layout.view)) <= self.builder.max_tokens:
+            return
+        base, leaving, shown = self.summary, list(layout.view), None
+        if self.shares_prefix:  # the fold's prompt within the budget: the steps that fit before the instruction
+            room, fit = self.builder.max_tokens - layout.fixed - self.summarizer.shared_room(), 0
+            while fit < len(layout.counts) and layout.counts[fit] <= room:
+                room, fit = room - layout.counts[fit], fit + 1
+            if fit:
+                leaving = leaving[:fit]
+                shown = [{"role": "system", "content": system}, {"role": "user", "content": layout.head}]
+                shown += [message for pair in layout.pairs[:fit] for message in pair]
+        snapshot = list(steps)
+        self.preparing = Preparation(base, lambda cancelled: self.make_summary(base, leaving, snapshot, cancelled,
+                                                                               shown),
+                                     _span(leaving), leaving[-1].step)
 
     def _adopt(self, summary: Summary) -> None:
         """The summary takes the place of the steps it covers. (They are stored for recall in the background; the
@@ -357,8 +378,6 @@ class RunMemory:
         self._folding, self.prepared = summary, None
         for step in [s for s in self.rendered if s <= summary.through_step]:
             del self.rendered[step]
-        for step in [s for s in self._read if s <= summary.through_step]:
-            del self._read[step]
 
     def _finish(self, system: str, steps: list[StepRecord], layout: Layout, next_step: int, alerts: str,
                 advice: str, squeezed: StepRecord | None, recall: bool = True) -> Context:
@@ -391,9 +410,9 @@ class RunMemory:
                            if self.summary.notes_through < s.step <= self.summary.through_step for note in s.notes])
 
     def make_summary(self, base: Summary, leaving: list[StepRecord], steps: list[StepRecord],
-                     cancelled: threading.Event | None = None) -> Summary:
+                     cancelled: threading.Event | None = None, agent_prompt: list[dict] | None = None) -> Summary:
         """The summary once `leaving` have left the view (see Summarizer.make_summary)."""
-        return self.summarizer.make_summary(base, leaving, steps, cancelled)
+        return self.summarizer.make_summary(base, leaving, steps, cancelled, agent_prompt)
 
     def settle(self, wait: bool = True) -> None:
         """At the run's end: a summary still being made is called off (no further model call is made after the

@@ -74,7 +74,8 @@ class Run:
                                 run_id=record.run_id, state=state,
                                 workdir=workdir, code_commands=services.commands.code_commands(),
                                 archive=Archive(archive_path(record.dir), record.run_id, workdir, services.redact),
-                                runs_root=record.dir.parent, notify=self.ui.progress)
+                                runs_root=record.dir.parent, notify=self.ui.progress,
+                                summarizer_shares_prefix=self.settings.model_for("summarizer") == self.settings.model)
         self.model_view = PromptLog(record.dir, services.redact)  # what the model saw, for show --prompt N
         self.covers: dict = {}  # what the parts of the next agent prompt cover
         self._saving = threading.Lock()  # result.json: one writer at a time (the loop, or the timer of a write put off)
@@ -496,8 +497,10 @@ class Run:
 
         return on_piece
 
-    def summarize(self, prompt: str) -> str:
-        return self.ask("summarizer", [{"role": "user", "content": prompt}], self.state.step).text
+    def summarize(self, prompt: str | list[dict]) -> str:
+        """A summarizer call: one prompt, or messages (a fold at the end of the agent's own prompt)."""
+        messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
+        return self.ask("summarizer", messages, self.state.step).text
 
     def remember(self, *items) -> None:
         """Kept in the run's archive and the vector store; a store (or archive) that fails is turned off, said, and
