@@ -138,13 +138,13 @@ def peers_output(n: int) -> str:
 
 
 def fake_summary(prompt: str) -> str:
-    """What a summarizer writes: a line per step it has read (the summary so far kept), within the words it is
+    """What a summarizer writes: a line per step it is asked to cover (the newest kept), within the words it is
     told."""
-    covered = re.search(r"summary of steps 1-(\d+)", prompt, re.I)
+    covered = re.search(r"summary of steps (\d+)-(\d+)", prompt, re.I)  # 1-N, or a part to append: K-N
     words = re.search(r"at most (\d+) words", prompt)
-    last = int(covered.group(1)) if covered else 1
+    first, last = (int(covered.group(1)), int(covered.group(2))) if covered else (1, 1)
     lines = [f"- step {k}: read the {STEP_KINDS[k % len(STEP_KINDS)]} of {MODULES[k % len(MODULES)]}; "
-             f"noted limit {k * 10 + 1} in {MODULES[k % len(MODULES)]}.py." for k in range(1, last + 1)]
+             f"noted limit {k * 10 + 1} in {MODULES[k % len(MODULES)]}.py." for k in range(first, last + 1)]
     limit = int(words.group(1)) if words else 200
     while lines and len(" ".join(lines).split()) > limit:
         lines.pop(0)

@@ -257,11 +257,11 @@ def lag(request: dict) -> tuple[int, int]:
     only the steps in brief stand for (until the summary takes them in)."""
     text = request_text(dict(request, messages=request["messages"][1:]))  # the system prompt's example is no step
     shown = [int(n) for n in re.findall(r"Observation \(step (\d+)\)", text)]
-    summary = re.search(r"SUMMARY OF STEPS? (?:1-)?(\d+)", text)
+    summary = re.findall(r"SUMMARY OF STEPS? (?:1-)?(\d+)", text)  # a part appended later: the last label
     brief = re.search(r"STEPS (\d+)-(\d+) IN BRIEF", text)
     if not shown:
         return 0, 0
-    covered = int(summary.group(1)) if summary else 0
+    covered = max(map(int, summary), default=0)
     briefed = int(brief.group(2)) - covered if brief else 0
     return max(0, min(shown) - 1 - covered - briefed), briefed
 
