@@ -4,9 +4,11 @@
   endpoint's prompt cache serves it;
 - a rolling summary of the steps out of view, in the head, saying which steps it covers. By construction, a step
   leaves the view only when a summary made from it is adopted: the view is every step after the summary's last.
-  The summary of the steps likely to leave next is prepared in the background (through `ask`, each step read
-  whole, in parts when too big for one call) while they are still in view, so it is most often ready when it is
-  needed; if it is not, the loop waits for it (saying so on the terminal), or makes one there and then;
+  Once room for the next steps runs out, the summary of every step in view is prepared in the background (through
+  `ask`, each step read whole; when the summarizer is the agent's model, as the agent's own prompt and an
+  instruction, which its prompt cache serves) early enough to be ready in time, and adopted in the first prompt
+  built once it is; if room runs out first, the loop waits for it (saying so on the terminal), or makes one there
+  and then;
 - every note the model memorized, whole: in its own step while that is in view, then in the head, newest first.
   If the notes outgrow their share of the budget, the oldest are condensed by the summarizer into a digest, and
   the head says so;
@@ -34,7 +36,7 @@ from .tokens import TokenCounter
 RECALL_COMMAND = "recall"
 FOLD_KEEP = 0.3  # of the room for steps: the newest steps that stay in view, verbatim, when older ones leave
 RECALL_RESERVE = 0.5  # of the recall share: kept free for recall when deciding whether steps must leave
-AHEAD_MARGIN = 1.25  # a summary is started this much earlier than the time it last took, in steps
+AHEAD_MARGIN = 2.0  # of the longest time a summary took: the time a summary is given beyond the step it starts in
 
 
 @dataclass
@@ -139,7 +141,7 @@ class RunMemory:
         self.shares_prefix = summarizer_shares_prefix and not builder.reserved
         self._built_at: float | None = None  # when the last prompt was built
         self._step_s = 0.0  # the time from one prompt to the next, lately
-        self._summary_s = 0.0  # the time the last summary made in the background took
+        self._summary_s = 0.0  # the longest time a summary made in the background took
         self.notify = notify
         self._failure = ""  # why the archive was turned off mid-run
         self._deferred: list[MemoryItem] | None = None  # items kept back from the store (see defer_vectors)
@@ -327,7 +329,7 @@ class RunMemory:
         self.preparing = None
         summary = preparing.wait()
         if summary is not None:
-            self._summary_s = preparing.took
+            self._summary_s = max(self._summary_s, preparing.took)
         if summary is not None and preparing.base == self._base():
             self.prepared = summary
 
@@ -340,12 +342,13 @@ class RunMemory:
         self._built_at = now
 
     def _ahead(self, in_view: int) -> int:
-        """How many steps before room runs out a summary starts being made in the background: enough for it to be
-        ready by then, judged by the time the last one took against the time a step takes (one step at least, at
-        most half the steps in view: each step sooner is a fold sooner)."""
-        if not self._summary_s or not self._step_s:
+        """How many steps before room runs out a summary starts being made in the background: the step it starts
+        in, and as many more as the longest time one took, with a margin, fills whole steps (a step can be much
+        shorter than most: the summary, begun with the agent's call, may take that call's uncached prompt on itself),
+        at most half the steps in view (each step sooner is a fold sooner)."""
+        if not self._step_s:
             return 1
-        return max(1, min(math.ceil(AHEAD_MARGIN * self._summary_s / self._step_s), in_view // 2))
+        return max(1, min(1 + math.floor(AHEAD_MARGIN * self._summary_s / self._step_s), in_view // 2))
 
     def _prepare(self, system: str, layout: Layout, steps: list[StepRecord]) -> None:
         """Summarize in the background every step in view, once room for the next steps is running out: a summary

@@ -240,7 +240,10 @@ def measure_peers(steps: int, package_root: Path, budget: int, separate_summariz
     fresh = fresh_tokens(requests)
     summarizer = [f for f, r in zip(fresh, requests) if is_summary_request(r)]
     sizes = [len(encode(rendered_prompt(r))) for r in requests]
+    recalled = sum(len(encode(found)) for r in agent_requests
+                   for found in RECALLED.findall(r["messages"][-1].get("content") or ""))
     return {"steps": len(agent_requests), "fresh": sum(fresh), "summarizer_fresh": sum(summarizer),
+            "recalled": recalled,
             "summarizer_calls": len(summarizer), "append_only": append_only(agent_requests, replies),
             "largest": max(sizes), "largest_agent": max(len(encode(rendered_prompt(r))) for r in agent_requests),
             "calls_per_step": len(requests) / len(agent_requests), "budget": budget, "wall_s": wall,
@@ -250,7 +253,8 @@ def measure_peers(steps: int, package_root: Path, budget: int, separate_summariz
 def report_peers(label: str, figures: dict, timed: bool) -> None:
     ratio = figures["fresh"] / figures["append_only"]
     line = (f"  {label}: {figures['fresh']:,} tokens read afresh over every request ({figures['summarizer_fresh']:,} "
-            f"of them by {figures['summarizer_calls']} summarizer calls); append-only {figures['append_only']:,}: "
+            f"of them by {figures['summarizer_calls']} summarizer calls, {figures['recalled']:,} in automatic recall's "
+            f"tails); append-only {figures['append_only']:,}: "
             f"{ratio:.2f}x; largest prompt {figures['largest']:,} of {figures['budget']:,} (agent "
             f"{figures['largest_agent']:,}); {figures['calls_per_step']:.2f} model calls per step")
     if timed:
