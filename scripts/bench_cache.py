@@ -47,7 +47,7 @@ def scripted(steps: int, agent_requests: list):
     done."""
 
     def respond(request):
-        if request["model"] != "agent-model":
+        if request["model"] != "agent-model" or is_summary_request(request):
             return "Summary: the agent printed reports and noted facts about them; it is still going."
         agent_requests.append(request)
         n = len(agent_requests)
@@ -73,7 +73,8 @@ def waits(output: str) -> tuple[int, int]:
     return output.count(WAITED), len(MADE_THEN.findall(output))
 
 
-def measure(steps: int, package_root: Path, prefill_s: float = 0.0, budget: int = BUDGET) -> dict:
+def measure(steps: int, package_root: Path, prefill_s: float = 0.0, budget: int = BUDGET,
+            own_summarizer: bool = True) -> dict:
     agent_requests: list = []
     with tempfile.TemporaryDirectory() as tmp, FakeLLM(responder=scripted(steps, agent_requests),
                                                        prefill_s_per_token=prefill_s) as llm:
@@ -83,6 +84,8 @@ def measure(steps: int, package_root: Path, prefill_s: float = 0.0, budget: int 
                    MINIAGI_MODEL="agent-model", MINIAGI_SUMMARIZER_MODEL="summarizer",
                    MINIAGI_MAX_CONTEXT_TOKENS=str(budget), MINIAGI_MAX_STEPS=str(steps + 5), MINIAGI_MAX_COST="0",
                    PYTHONPATH=str(package_root), COLUMNS="1000")
+        if not own_summarizer:  # miniagi's default: the agent's model summarizes
+            del env["MINIAGI_SUMMARIZER_MODEL"]
         started = time.perf_counter()
         done = subprocess.run([sys.executable, "-m", "miniagi", "-y", "--unattended", "Report and take notes"],
                               cwd=work, env=env, capture_output=True, text=True)
@@ -306,11 +309,13 @@ def main() -> None:
         if args.no_wall:
             return
         print("100-step run, the server spending 1 ms per uncached prompt token:")
-        for label, root in versions:
-            figures = measure(100, root, prefill_s=0.001, budget=args.budget)
-            waited, made = figures["waits"]
-            print(f"  {label}: {figures['wall_s']:.1f} s wall ({figures['fresh']:,} tokens read afresh; the loop "
-                  f"waited for {waited} summaries being made and {made} made there and then)")
+        for own in (True, False):
+            for label, root in versions:
+                figures = measure(100, root, prefill_s=0.001, budget=args.budget, own_summarizer=own)
+                waited, made = figures["waits"]
+                print(f"  {label}, {'a summarizer model of its own' if own else 'the agent model summarizes'}: "
+                      f"{figures['wall_s']:.1f} s wall ({figures['fresh']:,} agent tokens read afresh; the loop "
+                      f"waited for {waited} summaries being made and {made} made there and then)")
     finally:
         if worktree is not None:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(worktree)],
