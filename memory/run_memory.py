@@ -362,14 +362,12 @@ class RunMemory:
         if self._needed(layout) + likely * self._ahead(len(layout.view)) <= self.builder.max_tokens:
             return
         base, leaving, shown = self.summary, list(layout.view), None
-        if self.shares_prefix:  # the fold's prompt within the budget: the steps that fit before the instruction
-            room, fit = self.builder.max_tokens - layout.fixed - self.summarizer.shared_room(), 0
-            while fit < len(layout.counts) and layout.counts[fit] <= room:
-                room, fit = room - layout.counts[fit], fit + 1
-            if fit:
-                leaving = leaving[:fit]
-                shown = [{"role": "system", "content": system}, {"role": "user", "content": layout.head}]
-                shown += [message for pair in layout.pairs[:fit] for message in pair]
+        # the fold's prompt within the budget: when the instruction does not fit after every step in view (a small
+        # budget, where the system prompt takes much of it), a prompt of its own reads them all: one fold, not two
+        if self.shares_prefix and (layout.fixed + sum(layout.counts) + self.summarizer.shared_room()
+                                   <= self.builder.max_tokens):
+            shown = [{"role": "system", "content": system}, {"role": "user", "content": layout.head}]
+            shown += [message for pair in layout.pairs for message in pair]
         snapshot = list(steps)
         self.preparing = Preparation(base, lambda cancelled: self.make_summary(base, leaving, snapshot, cancelled,
                                                                                shown),

@@ -24,6 +24,7 @@ PART_OVERLAP = 100  # tokens: a step too big for one summarizer call is read in 
 PART_SHARE = 0.35  # of the summary's cap: the most one appended part (or a first summary) may take
 PART_LEAST = 0.15  # of the cap: the least room left for a part to be appended rather than the summary written anew
 REWRITE_SHARE = 0.5  # of the cap: a summary written anew, so parts can be appended again
+PARTS_FROM = 1000  # tokens of the cap: below, parts would be too small to hold much; the summary takes the whole cap
 
 FOLD_PROMPT = """You keep the running summary of an autonomous agent's work: it is the agent's only record of \
 the steps it covers, which are about to leave the agent's view. Its objective:
@@ -150,18 +151,20 @@ class Summarizer:
                     ask: Ask) -> str:
         """The summary with `leaving` folded in, asked at the end of the agent's own prompt: a part of the steps
         appended to the summary so far, while the cap has room for one (the summary so far stays as it is, so the
-        next agent prompt begins as this one did up to its end), else the whole summary written anew."""
+        next agent prompt begins as this one did up to its end), else the whole summary written anew (within the
+        whole cap when it is too small for parts)."""
         first, last = leaving[0].step, leaving[-1].step
         used = self.counter.count(base.text) + self.counter.count(continued(first, last)) if base.through_step else 0
         part = min(cap - used, int(cap * PART_SHARE))
-        appended = base.through_step and part >= cap * PART_LEAST
+        parts = cap >= PARTS_FROM
+        appended = parts and base.through_step and part >= cap * PART_LEAST
         if appended:
             what = (f"the summary of steps {first}-{last} above, to follow the SUMMARY OF STEPS 1-"
                     f"{base.through_step} above (which stays as it is: do not repeat it)")
         else:
             so_far = f"the SUMMARY OF STEPS 1-{base.through_step} above and " if base.through_step else ""
             what = f"the summary of steps 1-{last} ({so_far}steps {first}-{last} above)"
-            part = int(cap * (REWRITE_SHARE if base.through_step else PART_SHARE))
+            part = int(cap * (1.0 if not parts else REWRITE_SHARE if base.through_step else PART_SHARE))
         sample = base.text if len(base.text.split()) >= 50 else "\n\n".join(map(self.step_text, leaving))
         instruction = SHARED_FOLD_PROMPT.format(what=what, words=self._words(part, sample))
         last_message = agent_prompt[-1]

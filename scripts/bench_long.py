@@ -197,10 +197,12 @@ def request_text(request: dict) -> str:
 
 def faithful_summary(request: dict) -> str:
     """Every fact and note the prompt shows whole, and nothing else, within the words it is told ("at most N words"):
-    the newest first; what does not fit is named in a last line, as the prompt asks. A part to append to the
-    summary in the agent's prompt repeats nothing of the head (the summary so far, the notes)."""
+    the newest first; what does not fit is named in a last line, as the prompt asks. A fold in the agent's prompt
+    repeats no note (they stay in view, as it is told), and a part to append repeats nothing of the head."""
     appending = "to follow the SUMMARY" in (request["messages"][-1].get("content") or "")
     text = request_text(dict(request, messages=request["messages"][2:]) if appending else request)
+    if request["messages"][0].get("role") == "system":  # a fold in the agent's prompt: its notes stay in view apart
+        text = "\n".join(line for line in text.split("\n") if "NOTE " not in line)
     told = re.search(r"at most (\d+) words", text)
     words = int(told.group(1)) if told else 10**6
     kept = [fact(s) for s in range(1, STEPS) if fact(s) in text] + [note(s) for s in range(1, STEPS) if note(s) in text]
