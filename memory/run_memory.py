@@ -19,9 +19,7 @@
 
 from __future__ import annotations
 
-import math
 import threading
-import time
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Callable
@@ -36,7 +34,6 @@ from .tokens import TokenCounter
 RECALL_COMMAND = "recall"
 FOLD_KEEP = 0.3  # of the room for steps: the newest steps that stay in view, verbatim, when older ones leave
 RECALL_RESERVE = 0.5  # of the recall share: kept free for recall when deciding whether steps must leave
-AHEAD_MARGIN = 2.0  # of the longest time a summary took: the time a summary is given beyond the step it starts in
 
 
 @dataclass
@@ -81,17 +78,14 @@ class Preparation:
         self.summary: Summary | None = None
         self.error: BaseException | None = None
         self.cancelled = threading.Event()
-        self.took = 0.0  # seconds, once made
         self.thread = threading.Thread(target=self._make, args=(make,), name="summary", daemon=True)
         self.thread.start()
 
     def _make(self, make: Callable[[threading.Event], Summary]) -> None:
-        started = time.monotonic()
         try:
             self.summary = make(self.cancelled)
         except BaseException as exc:  # raised in the run's thread, by wait()
             self.error = exc
-        self.took = time.monotonic() - started
 
     def wait(self) -> Summary | None:
         self.thread.join()
@@ -139,9 +133,7 @@ class RunMemory:
         self._squeezed: StepRecord | None = None  # the newest step, shown cut in the last prompt
         # a fold begins with the agent's prompt when the summarizer is its model and no tool schemas precede it
         self.shares_prefix = summarizer_shares_prefix and not builder.reserved
-        self._built_at: float | None = None  # when the last prompt was built
-        self._step_s = 0.0  # the time from one prompt to the next, lately
-        self._summary_s = 0.0  # the longest time a summary made in the background took
+        self.ahead = 1  # steps before room runs out that a summary starts: one more each time the loop waited
         self.notify = notify
         self._failure = ""  # why the archive was turned off mid-run
         self._deferred: list[MemoryItem] | None = None  # items kept back from the store (see defer_vectors)
@@ -223,7 +215,6 @@ class RunMemory:
         first prompt built once it is ready; if room runs out before it is, the loop waits for it (saying so); with
         none prepared it makes one there and then."""
         limit, self._folding = self.builder.max_tokens, None
-        self._pace()
         try:
             layout = self._layout(system, steps, next_step, alerts, advice)
             self._collect(wait=False)
@@ -326,40 +317,24 @@ class RunMemory:
         if preparing.thread.is_alive():
             self.notify(f"summarizing {preparing.span} before {_they(preparing.span)} the view (waiting for the "
                         "summary)")
+            self.ahead += 1  # the next one starts a step earlier
         self.preparing = None
         summary = preparing.wait()
-        if summary is not None:
-            self._summary_s = max(self._summary_s, preparing.took)
         if summary is not None and preparing.base == self._base():
             self.prepared = summary
 
-    def _pace(self) -> None:
-        """The time from one prompt to the next, lately (what a summary made in the background has to be ready)."""
-        now = time.monotonic()
-        if self._built_at is not None:
-            took = now - self._built_at
-            self._step_s = took if not self._step_s else (self._step_s + took) / 2
-        self._built_at = now
-
-    def _ahead(self, in_view: int) -> int:
-        """How many steps before room runs out a summary starts being made in the background: the step it starts
-        in, and as many more as the longest time one took, with a margin, fills whole steps (a step can be much
-        shorter than most: the summary, begun with the agent's call, may take that call's uncached prompt on itself),
-        at most half the steps in view (each step sooner is a fold sooner)."""
-        if not self._step_s:
-            return 1
-        return max(1, min(1 + math.floor(AHEAD_MARGIN * self._summary_s / self._step_s), in_view // 2))
-
     def _prepare(self, system: str, layout: Layout, steps: list[StepRecord]) -> None:
-        """Summarize in the background every step in view, once room for the next steps is running out: a summary
-        takes as long to make as the steps `_ahead` says, and is adopted as soon as it is ready, so the view keeps
-        only the steps that came meanwhile (the fewer steps re-read after a fold, and the fewer folds, the closer
+        """Summarize in the background every step in view, once room for the next `ahead` steps is running out (one
+        step, and one more each time the loop had to wait for a summary; at most half the steps in view: each step
+        sooner is a fold sooner), and adopt it as soon as it is ready, so the view keeps only the steps that came
+        meanwhile (the fewer steps re-read after a fold, and the fewer folds, the closer
         to what a prompt cache serves an agent that never folds). When the summarizer is the agent's model, the
         fold is this very prompt, up to the steps it folds, and an instruction (see Summarizer.make_summary)."""
         if self.preparing is not None or self.prepared is not None or not layout.view:
             return
         likely = max(layout.counts[-3:])  # the next step, judged by the last ones
-        if self._needed(layout) + likely * self._ahead(len(layout.view)) <= self.builder.max_tokens:
+        ahead = max(1, min(self.ahead, len(layout.view) // 2))
+        if self._needed(layout) + likely * ahead <= self.builder.max_tokens:
             return
         base, leaving, shown = self.summary, list(layout.view), None
         # the fold's prompt within the budget: when the instruction does not fit after every step in view (a small
