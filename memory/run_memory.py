@@ -134,7 +134,7 @@ class RunMemory:
         self._squeezed: StepRecord | None = None  # the newest step, shown cut in the last prompt
         # a fold begins with the agent's prompt when the summarizer is its model and no tool schemas precede it
         self.shares_prefix = summarizer_shares_prefix and not builder.reserved
-        self.ahead = 1  # steps before room runs out that a summary starts: one more each time the loop waited
+        self.ahead = 1  # steps before room runs out that a summary starts (see _prepare)
         self.prompts = 0  # prompts built so far
         self.notify = notify
         self._failure = ""  # why the archive was turned off mid-run
