@@ -73,9 +73,8 @@ class Preparation:
     (at the run's end), it makes no further model call."""
 
     def __init__(self, base: Summary, make: Callable[[threading.Event], Summary], span: str = "the oldest steps",
-                 through: int = 0, prompt: int = 0):
+                 through: int = 0):
         self.base, self.span, self.through = base, span, through  # through: the last step it covers
-        self.prompt = prompt  # the prompt it was started for (RunMemory.prompts)
         self.summary: Summary | None = None
         self.error: BaseException | None = None
         self.cancelled = threading.Event()
@@ -135,7 +134,7 @@ class RunMemory:
         # a fold begins with the agent's prompt when the summarizer is its model and no tool schemas precede it
         self.shares_prefix = summarizer_shares_prefix and not builder.reserved
         self.ahead = 1  # steps before room runs out that a summary starts (see _prepare)
-        self.prompts = 0  # prompts built so far
+        self.collected = 0  # summaries made in the background and collected
         self.notify = notify
         self._failure = ""  # why the archive was turned off mid-run
         self._deferred: list[MemoryItem] | None = None  # items kept back from the store (see defer_vectors)
@@ -217,7 +216,6 @@ class RunMemory:
         first prompt built once it is ready; if room runs out before it is, the loop waits for it (saying so); with
         none prepared it makes one there and then."""
         limit, self._folding = self.builder.max_tokens, None
-        self.prompts += 1
         try:
             layout = self._layout(system, steps, next_step, alerts, advice)
             self._collect(wait=False)
@@ -320,9 +318,9 @@ class RunMemory:
         if preparing.thread.is_alive():
             self.notify(f"summarizing {preparing.span} before {_they(preparing.span)} the view (waiting for the "
                         "summary)")
-            self.ahead += 1  # the next one starts a step earlier
-        elif self.prompts == preparing.prompt + 1 and self.ahead > 1:
-            self.ahead -= 1  # ready by the very next prompt: the next one starts a step later
+            # the next one starts a step earlier; not for the first, which also loads what the run will reuse
+            self.ahead += 1 if self.collected else 0
+        self.collected += 1
         self.preparing = None
         summary = preparing.wait()
         if summary is not None and preparing.base == self._base():
@@ -330,8 +328,8 @@ class RunMemory:
 
     def _prepare(self, system: str, layout: Layout, steps: list[StepRecord]) -> None:
         """Summarize in the background every step in view, once room for the next `ahead` steps is running out (one
-        step; one more each time the loop had to wait for a summary, one less each time one was ready by the very
-        next prompt; at most half the steps in view: each step sooner is a fold sooner), and adopt it as soon as it
+        step, and one more each time the loop had to wait for a summary but the run's first; at most half the
+        steps in view: each step sooner is a fold sooner), and adopt it as soon as it
         is ready, so the view keeps only the steps that came meanwhile (the fewer steps re-read after a fold, and
         the fewer folds, the closer to what a prompt cache serves an agent that never folds). When the summarizer
         is the agent's model, the fold is this very prompt, up to the steps it folds, and an instruction (see
@@ -352,7 +350,7 @@ class RunMemory:
         snapshot = list(steps)
         self.preparing = Preparation(base, lambda cancelled: self.make_summary(base, leaving, snapshot, cancelled,
                                                                                shown),
-                                     _span(leaving), leaving[-1].step, self.prompts)
+                                     _span(leaving), leaving[-1].step)
 
     def _adopt(self, summary: Summary) -> None:
         """The summary takes the place of the steps it covers. (They are stored for recall in the background; the
