@@ -29,6 +29,14 @@ REPLY_PRIMING = 3
 NOTE_COMMAND = "memorize_thoughts"  # whose argument is the note itself
 
 
+# the label of a part of the summary appended after the parts before it (see Summarizer.make_summary)
+CONTINUED = re.compile(r"^SUMMARY OF STEPS 1-\d+ \(continued: steps (\d+)-\d+\):$", re.M)
+
+
+def continued(first: int, last: int) -> str:
+    return f"SUMMARY OF STEPS 1-{last} (continued: steps {first}-{last}):"
+
+
 FENCE_MARKER = re.compile(r"<<<\s*(?:END\s+)?UNTRUSTED\s+DATA[^>]*>>>", re.I)
 
 
@@ -223,8 +231,10 @@ class ContextBuilder:
         view that the digest does not hold, as head_notes orders them."""
         parts = [f"BEFORE THIS OBJECTIVE:\n{background}"] if background else []
         parts.append(f"OBJECTIVE:\n{objective}")
-        if summary.through_step:
-            steps = "STEP 1" if summary.through_step == 1 else f"STEPS 1-{summary.through_step}"
+        if summary.through_step:  # labelled by its first part: a part appended later carries its own label
+            first = CONTINUED.search(summary.text)
+            through = int(first.group(1)) - 1 if first else summary.through_step
+            steps = "STEP 1" if through == 1 else f"STEPS 1-{through}"
             parts.append(f"SUMMARY OF {steps} (no longer shown one by one; later steps follow below):\n"
                          f"{summary.text}")
         if summary.notes_digest:

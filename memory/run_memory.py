@@ -4,9 +4,11 @@
   endpoint's prompt cache serves it;
 - a rolling summary of the steps out of view, in the head, saying which steps it covers. By construction, a step
   leaves the view only when a summary made from it is adopted: the view is every step after the summary's last.
-  The summary of the steps likely to leave next is prepared in the background (through `ask`, each step read
-  whole, in parts when too big for one call) while they are still in view, so it is most often ready when it is
-  needed; if it is not, the loop waits for it (saying so on the terminal), or makes one there and then;
+  Once room for the next steps runs out, the summary of every step in view is prepared in the background (through
+  `ask`, each step read whole; when the summarizer is the agent's model, as the agent's own prompt and an
+  instruction, which its prompt cache serves) early enough to be ready in time, and adopted in the first prompt
+  built once it is; if room runs out first, the loop waits for it (saying so on the terminal), or makes one there
+  and then;
 - every note the model memorized, whole: in its own step while that is in view, then in the head, newest first.
   If the notes outgrow their share of the budget, the oldest are condensed by the summarizer into a digest, and
   the head says so;
@@ -31,7 +33,6 @@ from .tokens import TokenCounter
 RECALL_COMMAND = "recall"
 FOLD_KEEP = 0.3  # of the room for steps: the newest steps that stay in view, verbatim, when older ones leave
 RECALL_RESERVE = 0.5  # of the recall share: kept free for recall when deciding whether steps must leave
-FILL = 0.8  # of what one summarizer call reads: steps pending that start a summary in the background
 
 
 class Layout:
@@ -86,14 +87,15 @@ class RunMemory:
     def __init__(self, *, builder: ContextBuilder, summarizer_counter: TokenCounter, ask_summarizer: Ask,
                  store: VectorMemory | None, scope: str, run_id: str, state, workdir: str = "",
                  code_commands: frozenset[str] = frozenset(), archive: Archive | None = None, runs_root=None,
-                 notify: Callable[[str], None] = lambda text: None):
+                 notify: Callable[[str], None] = lambda text: None, summarizer_shares_prefix: bool = False):
         """`state`: the run's state (`RunState`), which owns the objective, the background (a follow-up's account of
         the run it continues) and the summary: the memory reads them there, and the run records a new summary,
         which `context` returns, as an event that its state applies. `archive`: where everything the run sees is
         kept whole, for the recall command (`runs_root`: the folder of every run's folder, for earlier runs'
         archives). `notify`: a line on the terminal (the loop waits for a summary before steps leave the view).
         `code_commands`: commands whose argument is code: it says little about intent and costs much to embed, so
-        recall's queries leave it out."""
+        recall's queries leave it out. `summarizer_shares_prefix`: the summarizer is the agent's model, so a fold can
+        be the agent's prompt and an instruction (its cache serves the prompt; see Summarizer.make_summary)."""
         self.builder = builder
         self.counter = builder.counter
         self.summarizer_counter = summarizer_counter
@@ -113,10 +115,13 @@ class RunMemory:
                                    archive=lambda: self.archive, runs_root=runs_root)
         self.last_recalled: list[Recalled] = []
         self.preparing: Preparation | None = None
-        self._read: dict[int, int] = {}  # step in view → what it takes of a summarizer call
         self.prepared: Summary | None = None  # made from the one in the prompt (or the one before it prepared)
         self.rendered: dict[int, tuple[list[dict], int]] = {}  # step in view → its messages and their tokens
         self._squeezed: StepRecord | None = None  # the newest step, shown cut in the last prompt
+        # a fold begins with the agent's prompt when the summarizer is its model and no tool schemas precede it
+        self.shares_prefix = summarizer_shares_prefix and not builder.reserved
+        self.ahead = 1  # steps before room runs out that a summary starts (see _prepare)
+        self.collected = 0  # summaries made in the background and collected
         self.notify = notify
         self._failure = ""  # why the archive was turned off mid-run
         self._deferred: list[MemoryItem] | None = None  # items kept back from the store (see defer_vectors)
@@ -201,11 +206,16 @@ class RunMemory:
         and `advice` (the critic's labelled block) are for this prompt's tail only.
 
         The rule, by construction: the view is every step after the summary's `through_step`, and that only moves
-        when a summary made from those very steps is adopted. If room runs out before the summary prepared in the
-        background is ready, the loop waits for it (saying so); with none prepared it makes one there and then."""
+        when a summary made from those very steps is adopted. A summary made in the background is adopted in the
+        first prompt built once it is ready; if room runs out before it is, the loop waits for it (saying so); with
+        none prepared it makes one there and then."""
         limit, self._folding = self.builder.max_tokens, None
         try:
             layout = self._layout(system, steps, next_step, alerts, advice)
+            self._collect(wait=False)
+            if self.prepared is not None and layout.view and self.prepared.through_step < layout.view[-1].step:
+                self._adopt(self.prepared)  # made in the background and ready: in this very prompt
+                layout = self._layout(system, steps, next_step, alerts, advice)
             while len(layout.view) > 1 and self._needed(layout) > limit:
                 if self.prepared is None and self.preparing is not None:
                     self._collect(wait=True)
@@ -227,7 +237,7 @@ class RunMemory:
                             "model cut")
                 layout = self._layout(system, steps, next_step, alerts, advice)
             else:
-                self._prepare(layout, steps)
+                self._prepare(system, layout, steps)
             context = self._finish(system, steps, layout, next_step, alerts, advice, squeezed, recall)
         finally:
             folded, self._folding = self._folding, None
@@ -300,49 +310,39 @@ class RunMemory:
         if preparing.thread.is_alive():
             self.notify(f"summarizing {preparing.span} before {_they(preparing.span)} the view (waiting for the "
                         "summary)")
+            # the next one starts a step earlier; not for the first, which also loads what the run will reuse
+            self.ahead += 1 if self.collected else 0
+        self.collected += 1
         self.preparing = None
         summary = preparing.wait()
         if summary is not None and preparing.base == self._base():
             self.prepared = summary
 
-    def _prepare(self, layout: Layout, steps: list[StepRecord]) -> None:
-        """Summarize in the background, while they are still in view, the steps after the latest summary: as soon
-        as they fill one summarizer call (calls read as much as they can), or sooner when some are likely to leave
-        for the next step. The summary is then ready, most often, when room runs out; until then the prompt does
-        not change (and the newest step of that time stays in view when it is adopted)."""
-        self._collect(wait=False)
-        if self.preparing is not None or not layout.view:
+    def _prepare(self, system: str, layout: Layout, steps: list[StepRecord]) -> None:
+        """Summarize in the background every step in view, once room for the next `ahead` steps is running out (one
+        step, and one more each time the loop had to wait for a summary but the run's first; at most half the
+        steps in view: each step sooner is a fold sooner), and adopt it as soon as it
+        is ready, so the view keeps only the steps that came meanwhile (the fewer steps re-read after a fold, and
+        the fewer folds, the closer to what a prompt cache serves an agent that never folds). When the summarizer
+        is the agent's model, the fold is this very prompt, up to the steps it folds, and an instruction (see
+        Summarizer.make_summary)."""
+        if self.preparing is not None or self.prepared is not None or not layout.view:
             return
-        base = self._base()
-        pending = [(r, self._read_tokens(r), c) for r, c in zip(layout.view, layout.counts)
-                   if r.step > base.through_step]
-        if not pending:
-            return
-        notes = self.builder.notes_tokens(self.head_notes(steps)) + self.counter.count(base.notes_digest)
-        room = max(300, self.summarizer.call_room(base.text, self.summary_cap + max(0, self.builder.notes_cap - notes)))
         likely = max(layout.counts[-3:])  # the next step, judged by the last ones
-        # what must leave for the next step to fit, once the summary prepared already is in (it frees its steps,
-        # and grows)
-        freed = sum(c for r, c in zip(layout.view, layout.counts) if r.step <= base.through_step)
-        grows = self.counter.count(base.text) - self.counter.count(self.summary.text) if freed else 0
-        must = self._needed(layout) - freed + grows + likely - self.builder.max_tokens
-        if must <= 0 and sum(tokens for _, tokens, _ in pending) < room * FILL:
+        ahead = max(1, min(self.ahead, len(layout.view) // 2))
+        if self._needed(layout) + likely * ahead <= self.builder.max_tokens:
             return
-        leaving, used = [], 0
-        for record, tokens, shown in pending:  # whole steps, as many as one call reads, and those that must leave
-            if leaving and used + tokens > room and must <= 0:
-                break
-            leaving.append(record)
-            used, must = used + tokens, must - shown
+        base, leaving, shown = self.summary, list(layout.view), None
+        # the fold's prompt within the budget: when the instruction does not fit after every step in view (a small
+        # budget, where the system prompt takes much of it), a prompt of its own reads them all: one fold, not two
+        if self.shares_prefix and (layout.fixed + sum(layout.counts) + self.summarizer.shared_room()
+                                   <= self.builder.max_tokens):
+            shown = [{"role": "system", "content": system}, {"role": "user", "content": layout.head}]
+            shown += [message for pair in layout.pairs for message in pair]
         snapshot = list(steps)
-        self.preparing = Preparation(base, lambda cancelled: self.make_summary(base, leaving, snapshot, cancelled),
+        self.preparing = Preparation(base, lambda cancelled: self.make_summary(base, leaving, snapshot, cancelled,
+                                                                               shown),
                                      _span(leaving), leaving[-1].step)
-
-    def _read_tokens(self, record: StepRecord) -> int:
-        """What a step takes of a summarizer call (known once counted)."""
-        if record.step not in self._read:
-            self._read[record.step] = self.summarizer_counter.count(Summarizer.step_text(record)) + 2
-        return self._read[record.step]
 
     def _adopt(self, summary: Summary) -> None:
         """The summary takes the place of the steps it covers. (They are stored for recall in the background; the
@@ -350,8 +350,6 @@ class RunMemory:
         self._folding, self.prepared = summary, None
         for step in [s for s in self.rendered if s <= summary.through_step]:
             del self.rendered[step]
-        for step in [s for s in self._read if s <= summary.through_step]:
-            del self._read[step]
 
     def _finish(self, system: str, steps: list[StepRecord], layout: Layout, next_step: int, alerts: str,
                 advice: str, squeezed: StepRecord | None, recall: bool = True) -> Context:
@@ -384,9 +382,9 @@ class RunMemory:
                            if self.summary.notes_through < s.step <= self.summary.through_step for note in s.notes])
 
     def make_summary(self, base: Summary, leaving: list[StepRecord], steps: list[StepRecord],
-                     cancelled: threading.Event | None = None) -> Summary:
+                     cancelled: threading.Event | None = None, agent_prompt: list[dict] | None = None) -> Summary:
         """The summary once `leaving` have left the view (see Summarizer.make_summary)."""
-        return self.summarizer.make_summary(base, leaving, steps, cancelled)
+        return self.summarizer.make_summary(base, leaving, steps, cancelled, agent_prompt)
 
     def settle(self, wait: bool = True) -> None:
         """At the run's end: a summary still being made is called off (no further model call is made after the

@@ -165,7 +165,8 @@ class Agent:
                          run_id=record.run_id, state=state, workdir=workdir,
                          code_commands=services.protocol.commands.code_commands(),
                          archive=Archive(archive_path(record.dir), record.run_id, workdir, services.redact),
-                         runs_root=record.dir.parent, notify=services.ui.progress)
+                         runs_root=record.dir.parent, notify=services.ui.progress,
+                         summarizer_shares_prefix=self.settings.model_for("summarizer") == self.settings.model)
 
     def _run(self, record: RunRecord, state: RunState, workspace: RunWorkspace, **how) -> Run:
         """A `Run` handed what it works with: the agent's services, its record and state, the workspace and a memory

@@ -494,8 +494,10 @@ class Run:
 
         return on_piece
 
-    def summarize(self, prompt: str) -> str:
-        return self.ask("summarizer", [{"role": "user", "content": prompt}], self.state.step).text
+    def summarize(self, prompt: str | list[dict]) -> str:
+        """A summarizer call: one prompt, or messages (a fold at the end of the agent's own prompt)."""
+        messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
+        return self.ask("summarizer", messages, self.state.step).text
 
     def remember(self, *items) -> None:
         """Kept in the run's archive and the vector store; a store (or archive) that fails is turned off, said, and

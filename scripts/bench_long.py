@@ -28,11 +28,13 @@ Automatic recall is measured item by item: a duplicate shows a fact or note the 
 stale item shows a door code a later step replaced, unlabelled. --warm measures a second run of the scenario in the
 same home, whose recall searches the store's vectors (a first run in a new home recalls by words). --price measures
 memory on against memory off over the same 30 steps: the run's CPU time and peak RSS (os.wait4 on the child
-process).
+process). The summarizer is a model of its own unless --summarizer agent (miniagi's default: the agent's model, whose
+folds end the agent's own prompt).
 
     python scripts/bench_long.py                               # budgets 3000 and 8000, the tags protocol
     python scripts/bench_long.py --steps 300 --protocols tags,json
     python scripts/bench_long.py --price
+    python scripts/bench_long.py --summarizer agent --budgets 3000,2500 --shapes all
     python scripts/bench_long.py --budgets 2500 --protocols tags,tools,json
     python scripts/bench_long.py --before 0f15e96              # and the same for an earlier commit
 """
@@ -52,7 +54,7 @@ from benchlib import ROOT, checkout, common_prefix
 
 from memory.context import MESSAGE_OVERHEAD, REPLY_PRIMING, message_text
 from memory.tokens import counter_for
-from tests.fake_llm import Calls, FakeLLM, rendered_prompt
+from tests.fake_llm import Calls, FakeLLM, rendered_prompt, summarizing
 
 STEPS = 36  # the last one says done (--steps)
 ASKED: list[int] = []  # the fact steps asked for through recall at the end (--steps, --ask)
@@ -195,8 +197,12 @@ def request_text(request: dict) -> str:
 
 def faithful_summary(request: dict) -> str:
     """Every fact and note the prompt shows whole, and nothing else, within the words it is told ("at most N words"):
-    the newest first; what does not fit is named in a last line, as the prompt asks."""
-    text = request_text(request)
+    the newest first; what does not fit is named in a last line, as the prompt asks. A fold in the agent's prompt
+    repeats no note (they stay in view, as it is told), and a part to append repeats nothing of the head."""
+    appending = "to follow the SUMMARY" in (request["messages"][-1].get("content") or "")
+    text = request_text(dict(request, messages=request["messages"][2:]) if appending else request)
+    if request["messages"][0].get("role") == "system":  # a fold in the agent's prompt: its notes stay in view apart
+        text = "\n".join(line for line in text.split("\n") if "NOTE " not in line)
     told = re.search(r"at most (\d+) words", text)
     words = int(told.group(1)) if told else 10**6
     kept = [fact(s) for s in range(1, STEPS) if fact(s) in text] + [note(s) for s in range(1, STEPS) if note(s) in text]
@@ -215,11 +221,11 @@ def faithful_summary(request: dict) -> str:
 
 
 def measure(budget: int, protocol: str, package_root: Path, shape: str = "prose", size: int = 0,
-            memory: str = "global", warm: bool = False) -> dict:
+            memory: str = "global", warm: bool = False, own_summarizer: bool = True) -> dict:
     agent_requests: list[dict] = []
 
     def respond(request):
-        if request["model"] != AGENT_MODEL:
+        if request["model"] != AGENT_MODEL or summarizing(request):
             return faithful_summary(request)
         agent_requests.append(request)
         return reply(len(agent_requests), protocol)
@@ -234,6 +240,8 @@ def measure(budget: int, protocol: str, package_root: Path, shape: str = "prose"
                    MINIAGI_MAX_CONTEXT_TOKENS=str(budget), MINIAGI_MAX_STEPS=str(STEPS + len(ASKED) + 5),
                    MINIAGI_MAX_COST="0", MINIAGI_MAX_CALLS=str(10 * (STEPS + len(ASKED))), MINIAGI_PROTOCOL=protocol,
                    MINIAGI_MEMORY_SCOPE=memory, PYTHONPATH=str(package_root))
+        if not own_summarizer:  # the default: the agent's model summarizes, at the end of the agent's prompt
+            del env["MINIAGI_SUMMARIZER_MODEL"]
         if warm:  # the same run once before, in the same home: this one recalls from a store that holds it
             subprocess.run([sys.executable, "-m", "miniagi", "-y", "--unattended", OBJECTIVE], cwd=work, env=env,
                            capture_output=True, check=True)
@@ -248,7 +256,9 @@ def measure(budget: int, protocol: str, package_root: Path, shape: str = "prose"
                 stderr.seek(0)
                 raise SystemExit(f"the run failed ({child.returncode}): {stderr.read()[-1500:]}")
         calls = list(llm.requests)
-    return dict(figures(agent_requests, calls, budget), cpu=usage.ru_utime + usage.ru_stime,
+    calls_of = {id(r) for r in agent_requests}
+    return dict(figures(agent_requests, calls, budget, [r for r in calls if id(r) not in calls_of]),
+                cpu=usage.ru_utime + usage.ru_stime,
                 rss_mb=usage.ru_maxrss / 1024)
 
 
@@ -257,16 +267,16 @@ def lag(request: dict) -> tuple[int, int]:
     only the steps in brief stand for (until the summary takes them in)."""
     text = request_text(dict(request, messages=request["messages"][1:]))  # the system prompt's example is no step
     shown = [int(n) for n in re.findall(r"Observation \(step (\d+)\)", text)]
-    summary = re.search(r"SUMMARY OF STEPS? (?:1-)?(\d+)", text)
+    summary = re.findall(r"SUMMARY OF STEPS? (?:1-)?(\d+)", text)  # a part appended later: the last label
     brief = re.search(r"STEPS (\d+)-(\d+) IN BRIEF", text)
     if not shown:
         return 0, 0
-    covered = int(summary.group(1)) if summary else 0
+    covered = max(map(int, summary), default=0)
     briefed = int(brief.group(2)) - covered if brief else 0
     return max(0, min(shown) - 1 - covered - briefed), briefed
 
 
-def figures(requests: list[dict], all_calls: list[dict], budget: int) -> dict:
+def figures(requests: list[dict], all_calls: list[dict], budget: int, summarizer_calls: list[dict]) -> dict:
     calls = len(all_calls)
     notes = fact_pairs = missing_most = 0
     note_seen = fact_seen = 0
@@ -302,7 +312,7 @@ def figures(requests: list[dict], all_calls: list[dict], budget: int) -> dict:
             "missing_most": missing_most, "recalled": recalled, "cut": cut, "fixed": sizes[0],
             "reuse": reused / sent, "largest": max(sizes), "budget": budget,
             "lag": (max(lag(r)[0] for r in requests), lag(requests[-1])[0], max(lag(r)[1] for r in requests)),
-            "summarizer": sum(1 for r in all_calls if r["model"] != AGENT_MODEL),
+            "summarizer": len(summarizer_calls),
             "recall": (exact, len(ASKED)), "with_fact": with_fact, "duplicates": duplicates,
             "with_door": with_door, "stale": stale,
             "prompt_tokens": sum(prompt_tokens(r) for r in all_calls)}
@@ -388,6 +398,8 @@ def main() -> None:
                         help="with --steps: facts asked for through recall at the end, spread over the run (60)")
     parser.add_argument("--warm", action="store_true",
                         help="measure a second run of the scenario in the same home (recall from the store's vectors)")
+    parser.add_argument("--summarizer", choices=("own", "agent"), default="own",
+                        help="a summarizer model of its own (default), or the agent's model (miniagi's default)")
     parser.add_argument("--price", action="store_true",
                         help="memory on vs off over the same 30 steps: the run's CPU time and peak RSS")
     args = parser.parse_args()
@@ -413,7 +425,8 @@ def main() -> None:
                 print(f"budget {budget:,}, protocol {protocol}:", flush=True)
                 for shape in shapes:
                     for label, root in versions:
-                        f = measure(budget, protocol, root, shape, args.size, warm=args.warm)
+                        f = measure(budget, protocol, root, shape, args.size, warm=args.warm,
+                                    own_summarizer=args.summarizer == "own")
                         if len(shapes) == 1 and shape == "prose":
                             report(label, f)
                         else:

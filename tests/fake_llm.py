@@ -103,6 +103,18 @@ def rendered_prompt(request: dict) -> str:
     return "".join(f"<|{m.get('role')}|>{m.get('content') or ''}<|end|>" for m in request.get("messages", []))
 
 
+SUMMARIZER_MARKERS = ("running summary", "outgrew their room", "longer than its limit")  # fold, digest, condense
+
+
+def summarizing(request: dict) -> bool:
+    """Whether a request is the summarizer's (a fold, a digest of notes, a condensing): a prompt of its own (its
+    first message), or, for a fold when the summarizer is the agent's model, the agent's prompt with the instruction
+    at the end of its last message."""
+    messages = request.get("messages") or [{}]
+    return any(marker in str(message.get("content") or "") for message in (messages[0], messages[-1])
+               for marker in SUMMARIZER_MARKERS)
+
+
 def common_prefix(a: str, b: str) -> int:
     n = min(len(a), len(b))
     low, high = 0, n

@@ -13,6 +13,8 @@ from miniagi import events as ev
 from miniagi.run_store import RunRecord
 from miniagi.state import RunState
 
+from .fake_llm import summarizing
+
 TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
 SCALARS = {"str": TEXT, "int": st.integers(0, 10**6), "bool": st.booleans(),
            "float": st.floats(allow_nan=False, allow_infinity=False, min_value=0, max_value=1e6),
@@ -174,7 +176,7 @@ def test_resume_state_equals_the_live_state_of_a_real_run(tmp_path):
         system = messages[0]["content"] if messages[0]["role"] == "system" else ""
         if system.startswith("You are the critic"):
             return next(verdicts) if "PROPOSED FINAL ANSWER" in messages[1]["content"] else "CRITICISM: none"
-        if messages[0]["role"] == "user":
+        if summarizing({"messages": messages}):
             return "A summary of the folded steps."
         return next(agent_replies)
 

@@ -17,7 +17,7 @@ import pytest
 from memory.budget import Budget
 
 from .conftest import act, run_dirs
-from .fake_llm import Calls
+from .fake_llm import Calls, summarizing
 
 # the real servers come with the test extra (pip install -e ".[test]"); the probe server needs only the SDK
 real_servers = pytest.mark.skipif(not (importlib.util.find_spec("mcp_server_git")
@@ -193,8 +193,8 @@ def test_a_result_is_bounded_and_redacted_and_the_server_stops_with_the_run(cli,
     llm.add(act("probe__secret", "{}"), act("probe__big", '{"lines": 50000}'),
             act("execute_python", "print(probe__secret())"), act("done", "ok"))
     # the big result is shown as whole as the prompt has room for: the summary it then needs comes from here
-    llm.responder = lambda request: ("The probe told a secret and printed a long result." if "running summary" in
-                                     str(request["messages"][0].get("content")) else None)
+    llm.responder = lambda request: ("The probe told a secret and printed a long result." if summarizing(request)
+                                     else None)
     proc = cli("-y", "--mcp-config", probe_config(tmp_path, PROBE_SECRET=key), "Tell the secret")
     assert proc.returncode == 0, proc.stderr
     seen = observations(trace_for(isolated.home, "Tell the secret"))

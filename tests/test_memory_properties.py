@@ -21,6 +21,7 @@ from miniagi.prompts import system_prompt
 from miniagi.state import RunState
 
 from .conftest import run_context
+from .fake_llm import rendered_prompt
 
 COUNTER = counter_for("gpt-4o-mini")
 SYSTEM = system_prompt("/tmp/work")
@@ -402,3 +403,48 @@ def test_a_digest_over_its_limit_in_one_sentence_keeps_its_newest_part_and_says_
     assert digest.startswith("Moved out (use recall to get them back): ")
     assert digest.endswith("V399 = 2793.") and "V1 = 7;" not in digest
     assert "the rest was cut" not in digest
+
+
+@given(budget=st.integers(min_value=2000, max_value=16000), shapes=shaped_runs,
+       resume_at=st.integers(min_value=0, max_value=30), seed=st.integers(min_value=0, max_value=2**16))
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_a_fold_that_ends_the_agents_prompt_keeps_every_promise_and_repeats_that_prompt(budget, shapes, resume_at,
+                                                                                        seed):
+    """The summarizer is the agent's model: a fold is the agent's latest prompt, up to the steps it folds, and an
+    instruction. Every fact stays in view or in the summary, every prompt and every fold within the budget, and each
+    fold's messages are, but for the instruction, the beginning of a prompt the agent was sent (a prefix cache
+    serves them)."""
+    rng, folds, sent = random.Random(seed), [], []
+
+    def ask(prompt):
+        if isinstance(prompt, str):  # a digest of notes, a condensing: a prompt of its own
+            assert COUNTER.count(prompt) <= budget
+            return "The agent read outputs. " + " ".join(FACT.findall(prompt) + NOTE.findall(prompt))
+        folds.append(prompt)
+        assert prompt_tokens(prompt) <= budget  # a fold within the budget, as an agent prompt is
+        instruction = prompt[-1]["content"].rsplit("\n\nDo not act now.", 1)[1]
+        # a part appended to the summary so far repeats none of it; a summary written anew takes the head in too
+        read = prompt[2:] if "to follow the SUMMARY" in instruction else prompt[1:]
+        text = "\n".join(message_text(m) for m in read)
+        return "The agent read outputs. " + " ".join(FACT.findall(text) + NOTE.findall(text))
+
+    def shared_memory(summary: Summary = Summary()) -> RunMemory:
+        return RunMemory(builder=ContextBuilder(COUNTER, budget), summarizer_counter=COUNTER, ask_summarizer=ask,
+                         store=None, scope="run", run_id="r", summarizer_shares_prefix=True,
+                         state=RunState(objective="Read the outputs and keep what matters", summary=summary))
+
+    memory, steps = shared_memory(), []
+    for number in range(1, len(shapes) + 2):
+        if number == resume_at:  # the process ends; a new one rebuilds the memory from what the trace recorded
+            memory.settle()
+            memory = shared_memory(memory.summary)
+        context, _ = run_context(memory, system=SYSTEM, steps=steps, next_step=number)
+        sent.append(rendered_prompt({"messages": context.messages}))
+        check(context.messages, steps, memory, budget, shaped_fact)
+        if number <= len(shapes):
+            steps.append(shaped_step(number, *shapes[number - 1], rng))
+    memory.settle()
+    for fold in folds:
+        last = dict(fold[-1], content=fold[-1]["content"].rsplit("\n\nDo not act now.", 1)[0])
+        before_instruction = rendered_prompt({"messages": fold[:-1] + [last]})[:-len("<|end|>")]
+        assert any(prompt.startswith(before_instruction) for prompt in sent)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 from .conftest import act, run_dirs
+from .fake_llm import summarizing
 from .test_end_to_end import _start, _wait_for, load_run, observations
 
 
@@ -96,8 +97,7 @@ def test_a_final_answer_rejected_twice_is_accepted_the_third_time(cli, llm, isol
 
 def test_a_fork_bomb_and_a_huge_allocation_are_contained(cli, llm, isolated):
     # a long traceback is kept whole while the prompt has room: when it leaves the view, the summarizer is asked
-    llm.responder = lambda request: ("Summary: misbehaving code ran." if "running summary" in
-                                     request["messages"][0]["content"] else None)
+    llm.responder = lambda request: "Summary: misbehaving code ran." if summarizing(request) else None
     llm.add(act("execute_python", "survivor = 'still here'"),
             act("execute_python", "import os\nwhile True:\n    os.fork()"),
             act("execute_python", "block = bytearray(50 * 2**30)"),
