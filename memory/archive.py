@@ -179,6 +179,21 @@ class Archive:
         with self._lock:
             return self.db.execute("SELECT count(*) FROM items").fetchone()[0]
 
+    def common(self, phrases: list[str], share: float, at_least: int) -> set[str]:
+        """Of these phrases, those that more than `share` of the items (and `at_least` of them) hold: words the run
+        says all the time (its objective's, its own vocabulary) tell no item apart (bm25's reasoning, for a bar)."""
+        if not phrases or not self.path.exists():
+            return set()
+        with self._lock:
+            try:
+                total = self.db.execute("SELECT count(*) FROM items").fetchone()[0]
+                floor = max(at_least, int(total * share))
+                return {phrase for phrase in phrases
+                        if self.db.execute("SELECT count(*) FROM words WHERE words MATCH ?", (phrase,)).fetchone()[0]
+                        > floor}
+            except sqlite3.Error:
+                return set()
+
     def close(self) -> None:
         with self._lock:
             if self._db is not None:

@@ -46,6 +46,10 @@ EARLIER_RECALLED = WORD_RECALLED | {"note"}  # of an earlier run (this run's not
 # automatic recall by words searches the newest of the earlier runs' archives in scope, this many candidates each
 # (~1 ms of CPU an archive of 300 steps; the recall command searches EARLIER_RUNS of them)
 EARLIER_AUTO_RUNS = 5
+# a word more than this share of the run's archived items hold (and more than COMMON_AT_LEAST of them) tells no item
+# apart: recall by words does not count it (measured on bench_cache's peers' run and bench_long's shapes)
+COMMON_SHARE = 0.2
+COMMON_AT_LEAST = 4
 EARLIER_CANDIDATES = 4
 
 
@@ -266,7 +270,12 @@ class AutoRecall:
         if archive is None:
             return []
         now = self._now(steps[-1].thought, steps[-1].command, steps[-1].arg) if steps else self.objective
-        wanted = [words_of(phrase) for phrase in query_phrases(now)]
+        # the words that tell items apart: not those most of the run's items hold (its objective's, its vocabulary)
+        phrases = query_phrases(now)
+        common = archive.common(phrases, COMMON_SHARE, COMMON_AT_LEAST)
+        wanted = [words_of(phrase) for phrase in phrases if phrase not in common]
+        if len(wanted) < 2:
+            return []
         need = max(2, (len(wanted) + 1) // 2)
         found = [item for item in (archive.search(now, RECALL_CANDIDATES, through=self.view()[0]) if steps else [])
                  if item.kind in WORD_RECALLED]
