@@ -31,6 +31,7 @@ import importlib
 import json
 import os
 import pkgutil
+import shutil
 import subprocess
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
@@ -58,6 +59,7 @@ class Example:
 
 
 EXAMPLE = Example()
+SYSTEM_PROGRAMS = ("/usr/local/bin", "/usr/bin", "/bin")  # root's to write: no run's code plants there
 
 
 @dataclass(frozen=True)
@@ -248,10 +250,9 @@ def _incomplete(line: str) -> bool:
 
 @functools.lru_cache(maxsize=1)
 def _bash() -> str | None:
-    """The bash the agent runs (outside the sandbox): none that code could have planted on the PATH."""
-    from ..execution.sandbox import find_program
-
-    return find_program("bash", os.environ.get("PATH"))
+    """The bash the agent runs (outside the sandbox) for this check: the system's, never one from the PATH, where
+    code could have planted one (a PATH folder in the work directory). Without one, no line is judged incomplete."""
+    return shutil.which("bash", path=os.pathsep.join(SYSTEM_PROGRAMS))
 
 
 def lenient_json(text: str):
