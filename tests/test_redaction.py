@@ -7,7 +7,7 @@ import codecs
 import re
 import time
 
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from miniagi.redaction import (
@@ -237,5 +237,7 @@ LINES = st.lists(st.lists(WORDS, min_size=1, max_size=12).map(" ".join), min_siz
 @settings(max_examples=1500, deadline=None)
 @given(LINES)
 def test_the_password_forms_leave_ordinary_text_alone(text):
+    # a line that is "password" and one token is netrc's own form, not ordinary text ("password aa:000")
+    assume(not re.search(r"(?m)^[ \t]*password[ \t]+\S+[ \t]*$", text))
     for _, form in CREDENTIAL_FORMS:
         assert form.sub(_credential_form, text) == text, (form.pattern, text)
