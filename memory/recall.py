@@ -10,7 +10,7 @@ from __future__ import annotations
 import queue
 import re
 import threading
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
@@ -62,7 +62,7 @@ class Recalled:
     text: str
 
     def to_json(self) -> dict:
-        return {"id": self.id, "label": self.label, "text": self.text}
+        return asdict(self)
 
 CANDIDATES = 12  # of each kind of search, fused
 FUSION_K = 60  # reciprocal rank fusion's constant (Cormack et al.): ranks matter, scores of two searches are not alike

@@ -98,15 +98,21 @@ def snapshot(root: Path) -> dict[str, tuple]:
     return found
 
 
+def work_and_run(scratch: Path, start) -> tuple[Path, Path]:
+    """A work directory made by the operations `start`, and an empty run folder beside it."""
+    root, run = scratch / "work", scratch / "run"
+    root.mkdir()
+    run.mkdir()
+    for operation in start:
+        apply_operation(root, operation)
+    return root, run
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(start=st.lists(OPERATIONS, max_size=6), steps=STEPS, order=st.randoms(use_true_random=False))
 def test_undo_to_any_step_restores_exactly_the_tree_after_it(start, steps, order):
     with tempfile.TemporaryDirectory() as scratch:
-        root, run = Path(scratch) / "work", Path(scratch) / "run"
-        root.mkdir()
-        run.mkdir()
-        for operation in start:
-            apply_operation(root, operation)
+        root, run = work_and_run(Path(scratch), start)
         after = {0: snapshot(root)}
         checkpoints = Checkpoints(root, run, file_limit_bytes=2**20)
         for number, operations in enumerate(steps, start=1):
@@ -183,11 +189,7 @@ def test_a_link_is_kept_as_a_link_and_never_followed(tmp_path):
        to_step=st.integers(min_value=0, max_value=6))
 def test_undo_never_changes_what_was_changed_outside_the_run_since(start, steps, outside, to_step):
     with tempfile.TemporaryDirectory() as scratch:
-        root, run = Path(scratch) / "work", Path(scratch) / "run"
-        root.mkdir()
-        run.mkdir()
-        for operation in start:
-            apply_operation(root, operation)
+        root, run = work_and_run(Path(scratch), start)
         checkpoints = Checkpoints(root, run, file_limit_bytes=2**20)
         for number, operations in enumerate(steps, start=1):
             with checkpoints.step(number, "execute_shell"):

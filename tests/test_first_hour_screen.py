@@ -20,22 +20,7 @@ from .test_mcp import PROBE, real_servers, write_config
 WORDS = " ".join(f"w{i}" for i in range(150))  # one line of ~800 characters: ten screen lines at 80 columns
 
 
-@pytest.fixture
-def terminal(llm, isolated):
-    """miniagi on a pseudo-terminal read through a terminal emulator (test_live_terminal.Screen)."""
-    screens = []
-
-    def start(*args: str, stdout=None) -> test_live_terminal.Screen:
-        env = dict(os.environ, OPENAI_BASE_URL=llm.url, OPENAI_API_KEY="sk-test-key-123456",
-                   MINIAGI_MEMORY_SCOPE="off")
-        screens.append(test_live_terminal.Screen(list(args), isolated.work, env, stdout=stdout))
-        return screens[-1]
-
-    yield start
-    for screen in screens:
-        if screen.process.poll() is None:
-            screen.process.kill()
-            screen.finish()
+terminal = test_live_terminal.terminal  # the fixture: miniagi on a pseudo-terminal read through an emulator
 
 
 @pytest.fixture

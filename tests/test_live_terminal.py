@@ -91,10 +91,10 @@ class Screen:
 def terminal(llm, isolated):
     screens = []
 
-    def start(*args: str) -> Screen:
+    def start(*args: str, stdout=None) -> Screen:
         env = dict(os.environ, OPENAI_BASE_URL=llm.url, OPENAI_API_KEY="sk-test-key-123456",
                    MINIAGI_MEMORY_SCOPE="off")
-        screens.append(Screen(list(args), isolated.work, env))
+        screens.append(Screen(list(args), isolated.work, env, stdout=stdout))
         return screens[-1]
 
     yield start
