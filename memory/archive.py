@@ -113,11 +113,13 @@ class Archive:
                 db.execute("UPDATE items SET superseded_by = (SELECT MAX(by) FROM facts WHERE id = ?) WHERE id = ?",
                            (other, other))
 
-    def search(self, query: str, limit: int = 8, through: int | None = None) -> list[Archived]:
+    def search(self, query: str, limit: int = 8, through: int | None = None,
+               skip: tuple[str, ...] = ()) -> list[Archived]:
         """The items holding the query's words, best first: first those with one line that holds the most of them
         (a step or a note before a summary, which restates them), then those holding all of them close together
         (as written: "RED-1" as one phrase), then all anywhere, then some; within each, by bm25 (rare words weigh
-        more, a short item more than a long one). `through`: items of that step or before only."""
+        more, a short item more than a long one). `through`: items of that step or before only; `skip`: kinds left
+        out (in the search, before its limit: a run's many short summaries would otherwise fill it)."""
         phrases = query_phrases(query)
         if not phrases or not self.path.exists():
             return []
@@ -125,7 +127,7 @@ class Archive:
         tiers = ((f"NEAR({' '.join(phrases)}, {NEAR_WORDS})", " AND ".join(phrases), " OR ".join(phrases))
                  if len(phrases) > 1 else (phrases[0],))
         for tier, match in enumerate(tiers):
-            for item in self._match(match, limit * 3, through):
+            for item in self._match(match, limit * 3, through, skip):
                 found.setdefault(item.id, (tier, item))
             if len(found) >= limit * 3:
                 break
@@ -135,14 +137,15 @@ class Archive:
                                                           pair[1].kind == "summary", pair[0], pair[1].score))
         return [item for _, item in ranked[:limit]]
 
-    def _match(self, match: str, limit: int, through: int | None = None) -> list[Archived]:
+    def _match(self, match: str, limit: int, through: int | None = None, skip: tuple[str, ...] = ()) -> list[Archived]:
         with self._lock:
             try:
                 rows = self.db.execute(
                     "SELECT items.id, items.kind, items.step, items.text, items.source, items.superseded_by, "
                     "bm25(words) FROM words JOIN items ON items.rowid = words.rowid WHERE words MATCH ? "
-                    "AND items.step <= ? ORDER BY bm25(words) LIMIT ?",
-                    (match, 2**62 if through is None else through, limit)).fetchall()
+                    f"AND items.step <= ? AND items.kind NOT IN ({','.join('?' * len(skip))}) "
+                    "ORDER BY bm25(words) LIMIT ?",
+                    (match, 2**62 if through is None else through, *skip, limit)).fetchall()
             except sqlite3.Error:
                 return []
         return [Archived(row[0], self.run, row[1], row[2], row[3], row[4], row[5], row[6]) for row in rows]

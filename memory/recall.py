@@ -65,6 +65,7 @@ class Recalled:
         return asdict(self)
 
 CANDIDATES = 12  # of each kind of search, fused
+THIS_RUN_UNSHOWN = ("objective", "summary")  # of this run, what the command never shows: the prompt holds them
 FUSION_K = 60  # reciprocal rank fusion's constant (Cormack et al.): ranks matter, scores of two searches are not alike
 EARLIER_RUNS = 50  # archives of earlier runs searched by words, newest first
 MARKS = re.compile(r"\[×\d+\]|… \(\d+ lines? not shown\)|…")  # what excerpts add: not the memory's words
@@ -143,8 +144,11 @@ class Recaller:
         items: dict[str, Archived] = {}
         try:
             # each archive's best first, then each one's second, …: its own order weighs more than bm25's scores
+            # this run's objective and summaries are never shown (see _worth_showing): left out of the search, not
+            # after its limit, or a long run's many short summaries fill it and the steps they restate are not found
             worded = sorted(((position, found) for archive in archives
-                             for position, found in enumerate(archive.search(query, limit))),
+                             for position, found in enumerate(archive.search(
+                                 query, limit, skip=THIS_RUN_UNSHOWN if archive is self.archive else ()))),
                             key=lambda pair: (pair[0], pair[1].score))
             worded = [found for _, found in worded][:limit]
         finally:
@@ -168,7 +172,7 @@ class Recaller:
         (the newest is in view; an older one restates steps the archive keeps whole), and an earlier run's summary
         older than another of that run found beside it."""
         if item.run == self.archive.run:
-            return item.kind not in ("objective", "summary")
+            return item.kind not in THIS_RUN_UNSHOWN
         return item.kind != "summary" or not any(other.kind == "summary" and other.run == item.run
                                                  and other.step > item.step for other in found)
 

@@ -292,6 +292,23 @@ def test_an_earlier_runs_replaced_fact_is_recalled_only_labelled_superseded(llm,
             assert "superseded by step 2" in item["label"]
 
 
+def test_a_long_runs_many_summaries_do_not_crowd_out_the_step_they_restate(tmp_path):
+    """Summaries are short, so bm25 ranks them above the long step whose fact they restate; a 1,000-step run folded
+    hundreds of times, and the command, shown no summary of this run, found nothing for a fact of step 979."""
+    from memory.recall import Recaller
+
+    filler = " ".join(["Routine entry: the line ran as scheduled, no alarms were raised."] * 12)
+    archive = Archive(tmp_path / "runs" / "r1" / "archive.sqlite", "r1", "/work")
+    archive.add([("r1-step-979", "step", 979, f"{filler}\nFACT 979: the pump in bay 979 runs at 40223 rpm.\n{filler}",
+                  ""),
+                 *[(f"r1-summary-{n}", "summary", n, f"The pump in bay 979 runs at 40223 rpm; in bay {n}, {n * 7} "
+                    "rpm.", "") for n in range(980, 1100)]])
+    recaller = Recaller(archive, None, scope="run", workdir="/work", runs_root=tmp_path / "runs",
+                        counter=counter_for("gpt-4o-mini"))
+    shown = recaller.answer("pump in bay 979 rpm", 2000)
+    assert "FACT 979: the pump in bay 979 runs at 40223 rpm." in shown and "[step 979]" in shown, shown
+
+
 def test_recall_shows_no_summary_that_restates_what_it_found_or_what_the_prompt_holds(tmp_path):
     """Each fold archives a summary: this run's newest is in the prompt and the older ones restate steps the archive
     keeps whole, so the command shows the steps; an earlier run's summaries, only its newest."""
